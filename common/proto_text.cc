@@ -1,0 +1,178 @@
+#include "common/proto_text.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace xl {
+namespace {
+
+std::string JsonQuote(absl::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+// A plain (unquoted) YAML scalar keeps its YAML 1.2 core-schema type; a quoted
+// one is always a string.
+std::string ScalarToJson(const YAML::Node& node) {
+  const std::string& s = node.Scalar();
+  if (node.Tag() == "!") return JsonQuote(s);
+  if (s == "true" || s == "True" || s == "TRUE") return "true";
+  if (s == "false" || s == "False" || s == "FALSE") return "false";
+  if (s == "null" || s == "~" || s.empty()) return "null";
+  int64_t i;
+  uint64_t u;
+  double d;
+  if (absl::SimpleAtoi(s, &i) || absl::SimpleAtoi(s, &u)) return s;
+  if ((absl::SimpleAtod(s, &d)) &&
+      s.find_first_not_of("0123456789+-.eE") == std::string::npos) {
+    return s;
+  }
+  return JsonQuote(s);
+}
+
+void NodeToJson(const YAML::Node& node, std::string* out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      *out += "null";
+      return;
+    case YAML::NodeType::Scalar:
+      *out += ScalarToJson(node);
+      return;
+    case YAML::NodeType::Sequence: {
+      *out += "[";
+      bool first = true;
+      for (const auto& item : node) {
+        if (!first) *out += ",";
+        first = false;
+        NodeToJson(item, out);
+      }
+      *out += "]";
+      return;
+    }
+    case YAML::NodeType::Map: {
+      *out += "{";
+      bool first = true;
+      for (const auto& kv : node) {
+        if (!first) *out += ",";
+        first = false;
+        *out += JsonQuote(kv.first.Scalar());
+        *out += ":";
+        NodeToJson(kv.second, out);
+      }
+      *out += "}";
+      return;
+    }
+  }
+}
+
+void JsonValueToYaml(const YAML::Node& node, YAML::Emitter* out) {
+  *out << node;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> YamlToJson(absl::string_view yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("YAML syntax error at line %d, column %d: %s",
+                        e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        "expected a mapping of field names to values at the top level");
+  }
+  std::string out;
+  NodeToJson(root, &out);
+  return out;
+}
+
+absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
+                                google::protobuf::Message* message) {
+  auto json = YamlToJson(yaml);
+  if (!json.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", json.status().message()));
+  }
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status =
+      google::protobuf::util::JsonStringToMessage(*json, message, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", status.message(), " (fields and types are those of ",
+        message->GetDescriptor()->full_name(),
+        "; see the README's file format section)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int err = errno;
+    std::string msg = absl::StrCat("cannot read ", path, ": ", strerror(err));
+    if (err == ENOENT) return absl::NotFoundError(msg);
+    if (err == EACCES) return absl::PermissionDeniedError(msg);
+    return absl::InvalidArgumentError(msg);
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status ReadYamlFileToMessage(const std::string& path,
+                                   google::protobuf::Message* message) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseYamlToMessage(*text, path, message);
+}
+
+std::string MessageToJson(const google::protobuf::Message& message,
+                          bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string MessageToYaml(const google::protobuf::Message& message) {
+  YAML::Node node = YAML::Load(MessageToJson(message, false));
+  YAML::Emitter out;
+  out.SetIndent(2);
+  JsonValueToYaml(node, &out);
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace xl

@@ -1,0 +1,44 @@
+// YAML and JSON files <-> protobuf messages, through protobuf's JSON mapping
+// (a YAML document is turned into JSON, then parsed by
+// google::protobuf::util::JsonStringToMessage), so no field is parsed by hand.
+// Stateless; safe from any thread.
+#ifndef XL_COMMON_PROTO_TEXT_H_
+#define XL_COMMON_PROTO_TEXT_H_
+
+#include <string>
+
+#include <google/protobuf/message.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace xl {
+
+// Converts a YAML (or JSON, which is YAML) document to a JSON string.
+// INVALID_ARGUMENT with the line and column of a syntax error.
+absl::StatusOr<std::string> YamlToJson(absl::string_view yaml);
+
+// Parses a YAML or JSON document into `message`. Unknown fields are an error
+// that names the field. `what` names the input in messages ("job file x.yaml").
+absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
+                                google::protobuf::Message* message);
+
+// Reads the file at `path` and parses it as above.
+absl::Status ReadYamlFileToMessage(const std::string& path,
+                                   google::protobuf::Message* message);
+
+// The message in protobuf's JSON mapping; pretty-printed, default fields kept
+// out.
+std::string MessageToJson(const google::protobuf::Message& message,
+                          bool pretty = true);
+
+// The message as YAML (the JSON mapping, printed as block YAML).
+std::string MessageToYaml(const google::protobuf::Message& message);
+
+// Reads a whole file. NOT_FOUND or PERMISSION_DENIED name the path.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+}  // namespace xl
+
+#endif  // XL_COMMON_PROTO_TEXT_H_
