@@ -48,7 +48,9 @@ std::string ScalarToJson(const YAML::Node& node) {
   int64_t i;
   uint64_t u;
   double d;
-  if (absl::SimpleAtoi(s, &i) || absl::SimpleAtoi(s, &u)) return s;
+  // Printed back as JSON numbers are written: "007" and "+5" are not JSON.
+  if (absl::SimpleAtoi(s, &i)) return absl::StrCat(i);
+  if (absl::SimpleAtoi(s, &u)) return absl::StrCat(u);
   if ((absl::SimpleAtod(s, &d)) &&
       s.find_first_not_of("0123456789+-.eE") == std::string::npos) {
     return s;
@@ -92,13 +94,138 @@ void NodeToJson(const YAML::Node& node, std::string* out) {
   }
 }
 
+// The field of `message` that a JSON key names: its proto name or its JSON
+// (lowerCamel) name, as protobuf's JSON parser accepts both. Null when none.
+const google::protobuf::FieldDescriptor* FindJsonField(
+    const google::protobuf::Descriptor* message, const std::string& key) {
+  if (const auto* field = message->FindFieldByName(key)) return field;
+  for (int i = 0; i < message->field_count(); ++i) {
+    if (message->field(i)->json_name() == key) return message->field(i);
+  }
+  return nullptr;
+}
+
+bool IsPlainNumber(const YAML::Node& node) {
+  if (node.Tag() == "!") return false;
+  const std::string& s = node.Scalar();
+  int64_t i;
+  uint64_t u;
+  double d;
+  if (absl::SimpleAtoi(s, &i) || absl::SimpleAtoi(s, &u)) return true;
+  return absl::SimpleAtod(s, &d) &&
+         s.find_first_not_of("0123456789+-.eE") == std::string::npos;
+}
+
+void TypedNodeToJson(const YAML::Node& node,
+                     const google::protobuf::FieldDescriptor* field,
+                     bool element, std::string* out);
+
+// Like NodeToJson, but the scalars of fields whose type is string (or bytes)
+// stay JSON strings however they look in YAML ("command: [train.py, 50]",
+// "env: {DEBUG: 1}"), and a plain number given for a google.protobuf.Duration
+// means seconds ("time_limit: 600" is "600s"). Other mismatches are left to
+// the JSON parser, whose error names the field.
+void MessageNodeToJson(const YAML::Node& node,
+                       const google::protobuf::Descriptor* message,
+                       std::string* out) {
+  if (!node.IsMap()) {
+    NodeToJson(node, out);
+    return;
+  }
+  *out += "{";
+  bool first = true;
+  for (const auto& kv : node) {
+    if (!first) *out += ",";
+    first = false;
+    const std::string& key = kv.first.Scalar();
+    *out += JsonQuote(key);
+    *out += ":";
+    const auto* field = FindJsonField(message, key);
+    if (field == nullptr) {
+      NodeToJson(kv.second, out);  // The parser reports the unknown field.
+    } else {
+      TypedNodeToJson(kv.second, field, /*element=*/false, out);
+    }
+  }
+  *out += "}";
+}
+
+// Converts `node`, the value of `field` (or, when `element` is true, one
+// element or map value of it).
+void TypedNodeToJson(const YAML::Node& node,
+                     const google::protobuf::FieldDescriptor* field,
+                     bool element, std::string* out) {
+  using google::protobuf::Descriptor;
+  using google::protobuf::FieldDescriptor;
+  if (!element && field->is_map() && node.IsMap()) {
+    const FieldDescriptor* value = field->message_type()->map_value();
+    *out += "{";
+    bool first = true;
+    for (const auto& kv : node) {
+      if (!first) *out += ",";
+      first = false;
+      *out += JsonQuote(kv.first.Scalar());
+      *out += ":";
+      TypedNodeToJson(kv.second, value, /*element=*/true, out);
+    }
+    *out += "}";
+    return;
+  }
+  if (!element && field->is_repeated() && !field->is_map() &&
+      node.IsSequence()) {
+    *out += "[";
+    bool first = true;
+    for (const auto& item : node) {
+      if (!first) *out += ",";
+      first = false;
+      TypedNodeToJson(item, field, /*element=*/true, out);
+    }
+    *out += "]";
+    return;
+  }
+  if (node.IsScalar() && !node.Scalar().empty()) {
+    const std::string& s = node.Scalar();
+    bool is_null = node.Tag() != "!" && (s == "null" || s == "~");
+    if (!is_null) {
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+        *out += JsonQuote(s);
+        return;
+      }
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        switch (field->message_type()->well_known_type()) {
+          case Descriptor::WELLKNOWNTYPE_STRINGVALUE:
+          case Descriptor::WELLKNOWNTYPE_BYTESVALUE:
+          case Descriptor::WELLKNOWNTYPE_TIMESTAMP:
+          case Descriptor::WELLKNOWNTYPE_FIELDMASK:
+            *out += JsonQuote(s);
+            return;
+          case Descriptor::WELLKNOWNTYPE_DURATION:
+            *out += JsonQuote(IsPlainNumber(node) ? absl::StrCat(s, "s") : s);
+            return;
+          default:
+            break;
+        }
+      }
+    }
+  }
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
+      field->message_type()->well_known_type() ==
+          Descriptor::WELLKNOWNTYPE_UNSPECIFIED) {
+    MessageNodeToJson(node, field->message_type(), out);
+    return;
+  }
+  NodeToJson(node, out);
+}
+
 void JsonValueToYaml(const YAML::Node& node, YAML::Emitter* out) {
   *out << node;
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> YamlToJson(absl::string_view yaml) {
+namespace {
+
+absl::StatusOr<YAML::Node> LoadYamlMapping(absl::string_view yaml) {
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml));
@@ -111,14 +238,31 @@ absl::StatusOr<std::string> YamlToJson(absl::string_view yaml) {
     return absl::InvalidArgumentError(
         "expected a mapping of field names to values at the top level");
   }
+  return root;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> YamlToJson(absl::string_view yaml) {
+  auto root = LoadYamlMapping(yaml);
+  if (!root.ok()) return root.status();
   std::string out;
-  NodeToJson(root, &out);
+  NodeToJson(*root, &out);
+  return out;
+}
+
+absl::StatusOr<std::string> YamlToJson(
+    absl::string_view yaml, const google::protobuf::Descriptor* message) {
+  auto root = LoadYamlMapping(yaml);
+  if (!root.ok()) return root.status();
+  std::string out;
+  MessageNodeToJson(*root, message, &out);
   return out;
 }
 
 absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
                                 google::protobuf::Message* message) {
-  auto json = YamlToJson(yaml);
+  auto json = YamlToJson(yaml, message->GetDescriptor());
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", json.status().message()));
@@ -129,7 +273,7 @@ absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
       google::protobuf::util::JsonStringToMessage(*json, message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", status.message(), " (fields and types are those of ",
+        what, ": ", std::string(status.message()), " (fields and types are those of ",
         message->GetDescriptor()->full_name(),
         "; see the README's file format section)"));
   }

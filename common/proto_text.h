@@ -19,8 +19,16 @@ namespace xl {
 // INVALID_ARGUMENT with the line and column of a syntax error.
 absl::StatusOr<std::string> YamlToJson(absl::string_view yaml);
 
-// Parses a YAML or JSON document into `message`. Unknown fields are an error
-// that names the field. `what` names the input in messages ("job file x.yaml").
+// Converts a YAML document meant for `message` to JSON. Scalars of string
+// fields stay strings however they look (an unquoted 50 in a repeated string
+// field is "50"), and a plain number for a google.protobuf.Duration field means
+// seconds (600 is "600s"); everything else is converted as above.
+absl::StatusOr<std::string> YamlToJson(
+    absl::string_view yaml, const google::protobuf::Descriptor* message);
+
+// Parses a YAML or JSON document into `message` (converted to JSON with the
+// message's descriptor, as above). Unknown fields and wrong types are
+// INVALID_ARGUMENT naming the field. `what` names the input in messages ("job file x.yaml").
 absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
                                 google::protobuf::Message* message);
 

@@ -1,0 +1,49 @@
+// DevCluster: the one-machine cluster of `xl-scheduler --dev`: a throw-away
+// directory for the database and the agents' work, and N local xl-agent
+// processes started with posix_spawn (an argv list, no shell). Not
+// thread-safe; owned by main.
+#ifndef XL_SERVER_DEV_CLUSTER_H_
+#define XL_SERVER_DEV_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace xl::server {
+
+class DevCluster {
+ public:
+  // Makes a fresh directory under $TMPDIR (or /tmp).
+  static absl::StatusOr<DevCluster> Create(bool keep);
+  DevCluster(DevCluster&&) = default;
+  ~DevCluster();
+
+  const std::string& dir() const { return dir_; }
+  std::string db_path() const { return dir_ + "/xl.db"; }
+
+  // Starts `count` agents named dev-0.. that connect to `scheduler`. The
+  // i-th agent uses inventories[i] when given (else real discovery).
+  absl::Status StartAgents(const std::string& agent_binary,
+                           const std::string& scheduler, int count,
+                           const std::vector<std::string>& inventories);
+  // SIGTERM to every agent, SIGKILL to those still there after `grace_s`.
+  void StopAgents(int grace_s);
+
+ private:
+  DevCluster() = default;
+  std::string dir_;
+  bool keep_ = false;
+  std::vector<pid_t> agents_;
+};
+
+// Finds xl-agent: next to this binary, in ../agent (the build tree), or in
+// PATH. NOT_FOUND says how to point at it.
+absl::StatusOr<std::string> FindAgentBinary();
+
+}  // namespace xl::server
+
+#endif  // XL_SERVER_DEV_CLUSTER_H_

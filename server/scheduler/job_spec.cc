@@ -1,0 +1,146 @@
+#include "server/scheduler/job_spec.h"
+
+#include <set>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace xl::scheduler {
+namespace {
+
+absl::Status Bad(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+bool ValidEnvName(const std::string& s) {
+  if (s.empty() || absl::ascii_isdigit(s[0])) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(c) && c != '_') return false;
+  }
+  return true;
+}
+
+bool ValidQueueName(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+constexpr int kMaxNodes = 4096;
+constexpr int kMaxRanksPerNode = 1024;
+
+}  // namespace
+
+bool IsReservedEnv(const std::string& name) {
+  static const std::set<std::string>* kReserved = new std::set<std::string>{
+      "RANK",          "WORLD_SIZE",          "LOCAL_RANK",
+      "LOCAL_WORLD_SIZE", "GROUP_RANK",       "GROUP_WORLD_SIZE",
+      "ROLE_RANK",     "ROLE_WORLD_SIZE",     "MASTER_ADDR",
+      "MASTER_PORT",   "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RUN_ID",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
+  return kReserved->count(name) > 0 || absl::StartsWith(name, "XL_");
+}
+
+absl::Status ValidateJobSpec(v1::JobSpec* spec) {
+  if (spec->name().size() > 128) {
+    return Bad("name", "longer than 128 characters; shorten it");
+  }
+  if (spec->queue().empty()) spec->set_queue("default");
+  if (!ValidQueueName(spec->queue())) {
+    return Bad("queue", absl::StrCat("'", spec->queue(),
+                                     "' is not a queue name; use 1-64 "
+                                     "letters, digits, '-', '_' or '.'"));
+  }
+  if (spec->command_size() == 0) {
+    return Bad("command",
+               "is empty; give the program and its arguments, for example "
+               "[\"/usr/bin/python3\", \"train.py\"]");
+  }
+  for (int i = 0; i < spec->command_size(); ++i) {
+    if (spec->command(i).find('\0') != std::string::npos) {
+      return Bad(absl::StrCat("command[", i, "]"), "contains a NUL byte");
+    }
+  }
+  if (spec->command(0).empty()) {
+    return Bad("command[0]", "is empty; name the program to run");
+  }
+  for (const auto& [key, value] : spec->env()) {
+    if (!ValidEnvName(key)) {
+      return Bad(absl::StrCat("env.", key),
+                 "is not a variable name; use letters, digits and '_', not "
+                 "starting with a digit");
+    }
+    if (IsReservedEnv(key)) {
+      return Bad(absl::StrCat("env.", key),
+                 "is set by xl for every rank; remove it from env");
+    }
+    if (value.find('\0') != std::string::npos) {
+      return Bad(absl::StrCat("env.", key), "contains a NUL byte");
+    }
+  }
+  auto* r = spec->mutable_resources();
+  if (r->nodes() < 0 || r->nodes() > kMaxNodes) {
+    return Bad("resources.nodes",
+               absl::StrCat("must be between 1 and ", kMaxNodes, ", got ",
+                            r->nodes()));
+  }
+  if (r->nodes() == 0) r->set_nodes(1);
+  if (r->gpus_per_node() < 0 || r->gpus_per_node() > 64) {
+    return Bad("resources.gpus_per_node",
+               absl::StrCat("must be between 0 and 64, got ",
+                            r->gpus_per_node()));
+  }
+  if (r->ranks_per_node() < 0 || r->ranks_per_node() > kMaxRanksPerNode) {
+    return Bad("resources.ranks_per_node",
+               absl::StrCat("must be between 1 and ", kMaxRanksPerNode,
+                            ", got ", r->ranks_per_node()));
+  }
+  if (r->ranks_per_node() == 0) {
+    r->set_ranks_per_node(r->gpus_per_node() > 0 ? r->gpus_per_node() : 1);
+  }
+  if (r->cpus_per_node() < 0) {
+    return Bad("resources.cpus_per_node", "must not be negative");
+  }
+  if (r->nic_gbps_per_node() < 0) {
+    return Bad("resources.nic_gbps_per_node", "must not be negative");
+  }
+  for (int i = 0; i < r->gpu_models_size(); ++i) {
+    if (r->gpu_models(i).empty()) {
+      return Bad(absl::StrCat("resources.gpu_models[", i, "]"),
+                 "is empty; give an NVML model name such as "
+                 "\"NVIDIA H100 80GB HBM3\" (see xlctl nodes)");
+    }
+  }
+  if ((r->min_gpu_memory_bytes() > 0 || r->gpu_models_size() > 0) &&
+      r->gpus_per_node() == 0) {
+    return Bad("resources.gpus_per_node",
+               "is 0 but the job constrains GPU memory or models; set "
+               "gpus_per_node");
+  }
+  if (spec->max_retries() < 0 || spec->max_retries() > 100) {
+    return Bad("max_retries",
+               absl::StrCat("must be between 0 and 100, got ",
+                            spec->max_retries()));
+  }
+  if (spec->time_limit().seconds() < 0 || spec->time_limit().nanos() < 0) {
+    return Bad("time_limit", "must not be negative; use for example 3600s");
+  }
+  if (spec->grace_period().seconds() < 0 || spec->grace_period().nanos() < 0) {
+    return Bad("grace_period", "must not be negative; use for example 30s");
+  }
+  if (!spec->has_grace_period()) spec->mutable_grace_period()->set_seconds(10);
+  if (!spec->working_dir().empty() && spec->working_dir()[0] != '/') {
+    return Bad("working_dir",
+               absl::StrCat("'", spec->working_dir(),
+                            "' is relative; give an absolute path"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xl::scheduler

@@ -1,0 +1,22 @@
+// Validation and defaults of a submitted JobSpec. Every error is
+// INVALID_ARGUMENT and names the field at fault and the fix. Pure; safe from
+// any thread.
+#ifndef XL_SERVER_SCHEDULER_JOB_SPEC_H_
+#define XL_SERVER_SCHEDULER_JOB_SPEC_H_
+
+#include "absl/status/status.h"
+#include "xl/v1/job.pb.h"
+
+namespace xl::scheduler {
+
+// Environment variables xl sets for every rank; a job may not set them.
+bool IsReservedEnv(const std::string& name);
+
+// Checks `spec` and fills in defaults (queue "default", nodes 1,
+// ranks_per_node = gpus_per_node or 1, grace period 10s). Leaves `spec`
+// unspecified on error.
+absl::Status ValidateJobSpec(v1::JobSpec* spec);
+
+}  // namespace xl::scheduler
+
+#endif  // XL_SERVER_SCHEDULER_JOB_SPEC_H_

@@ -1,0 +1,54 @@
+// SchedulerServer: the assembled xl-scheduler: store, controller and the gRPC
+// server (JobService, NodeService, AgentService, health checking and
+// reflection). Start() returns once it listens; Shutdown() stops it in order
+// (RPCs, event loop, store). Thread-safe.
+#ifndef XL_SERVER_SERVICE_SCHEDULER_SERVER_H_
+#define XL_SERVER_SERVICE_SCHEDULER_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/service/controller.h"
+#include "server/service/services.h"
+#include "server/store/sqlite_store.h"
+
+namespace xl::service {
+
+struct ServerOptions {
+  // HOST:PORT; port 0 picks a free one.
+  std::string listen = "127.0.0.1:7070";
+  // The SQLite file.
+  std::string db;
+  ControllerOptions controller;
+};
+
+class SchedulerServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(
+      ServerOptions opts);
+  ~SchedulerServer();
+
+  // The address clients and agents use, with the port actually bound.
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  void Shutdown();
+
+ private:
+  SchedulerServer() = default;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<JobServiceImpl> jobs_;
+  std::unique_ptr<NodeServiceImpl> nodes_;
+  std::unique_ptr<AgentServiceImpl> agents_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace xl::service
+
+#endif  // XL_SERVER_SERVICE_SCHEDULER_SERVER_H_

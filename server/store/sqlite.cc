@@ -1,0 +1,136 @@
+#include "server/store/sqlite.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace xl::store {
+
+absl::Status Db::Error(int rc, absl::string_view what) const {
+  std::string msg = absl::StrCat("sqlite ", what, " on ", path_, ": ",
+                                 db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(msg);
+    case SQLITE_CONSTRAINT:
+      return absl::AlreadyExistsError(msg);
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(
+          absl::StrCat(msg, "; free disk space where --db lives"));
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+      return absl::PermissionDeniedError(
+          absl::StrCat(msg, "; check that the --db directory is writable"));
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path,
+                                             bool read_only) {
+  sqlite3* raw = nullptr;
+  int flags = read_only ? SQLITE_OPEN_READONLY
+                        : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  flags |= SQLITE_OPEN_NOMUTEX;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  std::unique_ptr<Db> db(new Db(raw, path));
+  if (rc != SQLITE_OK) return db->Error(rc, "open");
+  sqlite3_busy_timeout(raw, 5000);
+  sqlite3_extended_result_codes(raw, 1);
+  if (path != ":memory:" && !read_only) {
+    auto st = db->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;");
+    if (!st.ok()) return st;
+  }
+  auto st = db->Exec("PRAGMA foreign_keys=ON;");
+  if (!st.ok()) return st;
+  return db;
+}
+
+Db::~Db() { sqlite3_close_v2(db_); }
+
+absl::Status Db::Exec(absl::string_view sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, std::string(sql).c_str(), nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    absl::Status st = Error(rc, "exec");
+    sqlite3_free(err);
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Statement>> Db::Prepare(absl::string_view sql) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
+                              SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, absl::StrCat("prepare '", sql, "'"));
+  return std::unique_ptr<Statement>(new Statement(this, stmt));
+}
+
+int64_t Db::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }
+
+Statement::~Statement() { sqlite3_finalize(stmt_); }
+
+void Statement::BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+void Statement::BindDouble(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+void Statement::BindText(int i, absl::string_view v) {
+  sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
+                    SQLITE_TRANSIENT);
+}
+void Statement::BindBlob(int i, absl::string_view v) {
+  sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()),
+                    SQLITE_TRANSIENT);
+}
+void Statement::BindNull(int i) { sqlite3_bind_null(stmt_, i); }
+
+absl::StatusOr<bool> Statement::Step() {
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  return db_->Error(rc, "step");
+}
+
+absl::Status Statement::Run() {
+  while (true) {
+    auto row = Step();
+    if (!row.ok()) {
+      Reset();
+      return row.status();
+    }
+    if (!*row) break;
+  }
+  Reset();
+  return absl::OkStatus();
+}
+
+void Statement::Reset() {
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
+int64_t Statement::ColumnInt(int i) const {
+  return sqlite3_column_int64(stmt_, i);
+}
+double Statement::ColumnDouble(int i) const {
+  return sqlite3_column_double(stmt_, i);
+}
+std::string Statement::ColumnText(int i) const {
+  const unsigned char* p = sqlite3_column_text(stmt_, i);
+  return p ? std::string(reinterpret_cast<const char*>(p),
+                         sqlite3_column_bytes(stmt_, i))
+           : std::string();
+}
+std::string Statement::ColumnBlob(int i) const {
+  const void* p = sqlite3_column_blob(stmt_, i);
+  return p ? std::string(static_cast<const char*>(p),
+                         sqlite3_column_bytes(stmt_, i))
+           : std::string();
+}
+bool Statement::ColumnIsNull(int i) const {
+  return sqlite3_column_type(stmt_, i) == SQLITE_NULL;
+}
+
+}  // namespace xl::store

@@ -1,0 +1,81 @@
+// A thin RAII wrapper over the SQLite C API: a connection (Db) and prepared
+// statements (Statement), with every result code mapped to absl::Status in
+// this one file. A Db and its Statements are used by one thread at a time.
+#ifndef XL_SERVER_STORE_SQLITE_H_
+#define XL_SERVER_STORE_SQLITE_H_
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace xl::store {
+
+class Statement;
+
+class Db {
+ public:
+  // Opens (creating if needed) the database file at `path`; ":memory:" for a
+  // private in-memory database. Sets WAL and synchronous=FULL for files.
+  static absl::StatusOr<std::unique_ptr<Db>> Open(const std::string& path,
+                                                  bool read_only = false);
+  ~Db();
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+
+  // Runs one or more statements without results.
+  absl::Status Exec(absl::string_view sql);
+  absl::StatusOr<std::unique_ptr<Statement>> Prepare(absl::string_view sql);
+  int64_t LastInsertRowId() const;
+  // The status for SQLite result code `rc` on this connection.
+  absl::Status Error(int rc, absl::string_view what) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  Db(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  sqlite3* db_;
+  std::string path_;
+  friend class Statement;
+};
+
+class Statement {
+ public:
+  ~Statement();
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  // Bind by 1-based index.
+  void BindInt(int i, int64_t v);
+  void BindDouble(int i, double v);
+  void BindText(int i, absl::string_view v);
+  void BindBlob(int i, absl::string_view v);
+  void BindNull(int i);
+
+  // Steps once: true when a row is ready, false when done.
+  absl::StatusOr<bool> Step();
+  // Steps to the end, for statements without results.
+  absl::Status Run();
+  // Clears bindings and resets, so the statement can be used again.
+  void Reset();
+
+  int64_t ColumnInt(int i) const;
+  double ColumnDouble(int i) const;
+  std::string ColumnText(int i) const;
+  std::string ColumnBlob(int i) const;
+  bool ColumnIsNull(int i) const;
+
+ private:
+  friend class Db;
+  Statement(Db* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Db* db_;
+  sqlite3_stmt* stmt_;
+};
+
+}  // namespace xl::store
+
+#endif  // XL_SERVER_STORE_SQLITE_H_

@@ -1,0 +1,305 @@
+#include "server/store/sqlite_store.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/duration.h"
+#include "common/status.h"
+#include "server/store/migrator.h"
+
+namespace xl::store {
+namespace {
+
+// Writes taken into one transaction at most; bounds the latency of the first.
+constexpr size_t kMaxGroup = 4096;
+
+int64_t JobRowId(const std::string& id) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(id, &v)) return -1;
+  return v;
+}
+
+int64_t ToUs(const google::protobuf::Timestamp& t) {
+  return t.seconds() * 1000000 + t.nanos() / 1000;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(auto db, Db::Open(path));
+  RETURN_IF_ERROR(Migrate(db.get(), SchemaMigrations()));
+  std::unique_ptr<Db> reader;
+  if (path == ":memory:") {
+    reader = nullptr;  // logs are read through the writer's connection
+  } else {
+    ASSIGN_OR_RETURN(reader, Db::Open(path, /*read_only=*/true));
+  }
+  std::unique_ptr<Store> store(new Store(std::move(db), std::move(reader)));
+  RETURN_IF_ERROR(store->PrepareStatements());
+  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  return store;
+}
+
+Store::Store(std::unique_ptr<Db> db, std::unique_ptr<Db> reader)
+    : db_(std::move(db)), reader_(std::move(reader)) {}
+
+absl::Status Store::PrepareStatements() {
+  ASSIGN_OR_RETURN(put_job_,
+                   db_->Prepare("INSERT OR REPLACE INTO jobs (id, "
+                                "idempotency_key, user, queue, state, "
+                                "create_time_us, job) VALUES (?,?,?,?,?,?,?)"));
+  ASSIGN_OR_RETURN(add_event_,
+                   db_->Prepare("INSERT OR REPLACE INTO job_events (job_id, "
+                                "seq, time_us, from_state, to_state, attempt, "
+                                "reason) VALUES (?,?,?,?,?,?,?)"));
+  ASSIGN_OR_RETURN(put_node_,
+                   db_->Prepare("INSERT OR REPLACE INTO nodes (name, "
+                                "inventory, drained, state_reason, "
+                                "register_time_us) VALUES (?,?,?,?,?)"));
+  ASSIGN_OR_RETURN(append_log_,
+                   db_->Prepare("INSERT INTO logs (job_id, attempt, rank, "
+                                "stream, time_us, data) VALUES (?,?,?,?,?,?)"));
+  absl::MutexLock lock(&reader_mu_);
+  Db* rdb = reader_ ? reader_.get() : db_.get();
+  const char* kCols =
+      "SELECT seq, job_id, attempt, rank, stream, time_us, data FROM logs ";
+  ASSIGN_OR_RETURN(read_logs_,
+                   rdb->Prepare(absl::StrCat(kCols,
+                                             "WHERE job_id = ? AND seq > ? "
+                                             "ORDER BY seq LIMIT ?")));
+  ASSIGN_OR_RETURN(read_logs_rank_,
+                   rdb->Prepare(absl::StrCat(kCols,
+                                             "WHERE job_id = ? AND seq > ? "
+                                             "AND rank = ? ORDER BY seq "
+                                             "LIMIT ?")));
+  return absl::OkStatus();
+}
+
+Store::~Store() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+  // Statements must go before their connections.
+  put_job_.reset();
+  add_event_.reset();
+  put_node_.reset();
+  append_log_.reset();
+  absl::MutexLock lock(&reader_mu_);
+  read_logs_.reset();
+  read_logs_rank_.reset();
+}
+
+absl::Status Tx::PutJob(const v1::Job& job) {
+  Statement* s = store_->put_job_.get();
+  int64_t id = JobRowId(job.id());
+  if (id <= 0) return absl::InternalError(absl::StrCat("bad job id ", job.id()));
+  s->BindInt(1, id);
+  if (job.idempotency_key().empty()) {
+    s->BindNull(2);
+  } else {
+    s->BindText(2, job.idempotency_key());
+  }
+  s->BindText(3, job.user());
+  s->BindText(4, job.spec().queue());
+  s->BindInt(5, job.state());
+  s->BindInt(6, ToUs(job.create_time()));
+  s->BindBlob(7, job.SerializeAsString());
+  return s->Run();
+}
+
+absl::Status Tx::AddEvent(const v1::JobEvent& e) {
+  Statement* s = store_->add_event_.get();
+  s->BindInt(1, JobRowId(e.job_id()));
+  s->BindInt(2, e.seq());
+  s->BindInt(3, ToUs(e.time()));
+  s->BindInt(4, e.from_state());
+  s->BindInt(5, e.to_state());
+  s->BindInt(6, e.attempt());
+  s->BindText(7, e.reason());
+  return s->Run();
+}
+
+absl::Status Tx::PutNode(const StoredNode& n) {
+  Statement* s = store_->put_node_.get();
+  s->BindText(1, n.name);
+  s->BindBlob(2, n.inventory.SerializeAsString());
+  s->BindInt(3, n.drained ? 1 : 0);
+  s->BindText(4, n.state_reason);
+  s->BindInt(5, absl::ToUnixMicros(n.register_time));
+  return s->Run();
+}
+
+absl::Status Tx::AppendLog(v1::LogChunk* c) {
+  Statement* s = store_->append_log_.get();
+  s->BindInt(1, JobRowId(c->job_id()));
+  s->BindInt(2, c->attempt());
+  s->BindInt(3, c->rank());
+  s->BindInt(4, c->stream());
+  s->BindInt(5, ToUs(c->time()));
+  s->BindBlob(6, c->data());
+  RETURN_IF_ERROR(s->Run());
+  c->set_seq(store_->db_->LastInsertRowId());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoredState> Store::Load() {
+  StoredState state;
+  {
+    ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT job FROM jobs ORDER BY id"));
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s->Step());
+      if (!row) break;
+      v1::Job job;
+      if (!job.ParseFromString(s->ColumnBlob(0))) {
+        return absl::DataLossError(
+            absl::StrCat("cannot parse a job row in ", db_->path()));
+      }
+      state.jobs.push_back(std::move(job));
+    }
+  }
+  {
+    ASSIGN_OR_RETURN(auto s, db_->Prepare(
+                                 "SELECT job_id, seq, time_us, from_state, "
+                                 "to_state, attempt, reason FROM job_events "
+                                 "ORDER BY job_id, seq"));
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s->Step());
+      if (!row) break;
+      v1::JobEvent e;
+      e.set_job_id(absl::StrCat(s->ColumnInt(0)));
+      e.set_seq(s->ColumnInt(1));
+      *e.mutable_time() = ToProtoTime(absl::FromUnixMicros(s->ColumnInt(2)));
+      e.set_from_state(static_cast<v1::JobState>(s->ColumnInt(3)));
+      e.set_to_state(static_cast<v1::JobState>(s->ColumnInt(4)));
+      e.set_attempt(static_cast<int32_t>(s->ColumnInt(5)));
+      e.set_reason(s->ColumnText(6));
+      state.events.push_back(std::move(e));
+    }
+  }
+  {
+    ASSIGN_OR_RETURN(auto s, db_->Prepare(
+                                 "SELECT name, inventory, drained, "
+                                 "state_reason, register_time_us FROM nodes "
+                                 "ORDER BY name"));
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s->Step());
+      if (!row) break;
+      StoredNode n;
+      n.name = s->ColumnText(0);
+      if (!n.inventory.ParseFromString(s->ColumnBlob(1))) {
+        return absl::DataLossError(absl::StrCat("cannot parse node ", n.name));
+      }
+      n.drained = s->ColumnInt(2) != 0;
+      n.state_reason = s->ColumnText(3);
+      n.register_time = absl::FromUnixMicros(s->ColumnInt(4));
+      state.nodes.push_back(std::move(n));
+    }
+  }
+  return state;
+}
+
+void Store::Write(WriteFn fn, DoneFn done) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(PendingWrite{std::move(fn), std::move(done)});
+}
+
+absl::Status Store::WriteSync(WriteFn fn) {
+  absl::Mutex mu;
+  bool finished = false;
+  absl::Status result;
+  Write(std::move(fn), [&](absl::Status st) {
+    absl::MutexLock lock(&mu);
+    result = std::move(st);
+    finished = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&finished));
+  return result;
+}
+
+int64_t Store::commits() const {
+  absl::MutexLock lock(&mu_);
+  return commits_;
+}
+
+void Store::WriterLoop() {
+  std::vector<PendingWrite> batch;
+  std::vector<absl::Status> results;
+  while (true) {
+    batch.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || stopping_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty() && stopping_) return;
+      while (!queue_.empty() && batch.size() < kMaxGroup) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    results.assign(batch.size(), absl::OkStatus());
+    Tx tx(this);
+    absl::Status commit = db_->Exec("BEGIN IMMEDIATE");
+    if (commit.ok()) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        absl::Status st = db_->Exec("SAVEPOINT w");
+        if (st.ok()) st = batch[i].fn(tx);
+        if (st.ok()) {
+          st = db_->Exec("RELEASE w");
+        } else {
+          (void)db_->Exec("ROLLBACK TO w; RELEASE w");
+        }
+        results[i] = st;
+      }
+      commit = db_->Exec("COMMIT");
+      if (!commit.ok()) (void)db_->Exec("ROLLBACK");
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++commits_;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].done) batch[i].done(commit.ok() ? results[i] : commit);
+    }
+  }
+}
+
+absl::StatusOr<std::vector<v1::LogChunk>> Store::ReadLogs(int64_t job_id,
+                                                          int64_t after_seq,
+                                                          int rank,
+                                                          int limit) {
+  absl::MutexLock lock(&reader_mu_);
+  Statement* s = rank < 0 ? read_logs_.get() : read_logs_rank_.get();
+  int i = 1;
+  s->BindInt(i++, job_id);
+  s->BindInt(i++, after_seq);
+  if (rank >= 0) s->BindInt(i++, rank);
+  s->BindInt(i++, limit);
+  std::vector<v1::LogChunk> out;
+  while (true) {
+    auto row = s->Step();
+    if (!row.ok()) {
+      s->Reset();
+      return row.status();
+    }
+    if (!*row) break;
+    v1::LogChunk c;
+    c.set_seq(s->ColumnInt(0));
+    c.set_job_id(absl::StrCat(s->ColumnInt(1)));
+    c.set_attempt(static_cast<int32_t>(s->ColumnInt(2)));
+    c.set_rank(static_cast<int32_t>(s->ColumnInt(3)));
+    c.set_stream(static_cast<v1::LogStream>(s->ColumnInt(4)));
+    *c.mutable_time() = ToProtoTime(absl::FromUnixMicros(s->ColumnInt(5)));
+    c.set_data(s->ColumnBlob(6));
+    out.push_back(std::move(c));
+  }
+  s->Reset();
+  return out;
+}
+
+}  // namespace xl::store
