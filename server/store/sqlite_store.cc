@@ -46,9 +46,11 @@ Store::Store(std::unique_ptr<Db> db, std::unique_ptr<Db> reader)
 
 absl::Status Store::PrepareStatements() {
   ASSIGN_OR_RETURN(put_job_,
-                   db_->Prepare("INSERT OR REPLACE INTO jobs (id, "
-                                "idempotency_key, user, queue, state, "
-                                "create_time_us, job) VALUES (?,?,?,?,?,?,?)"));
+                   db_->Prepare("INSERT INTO jobs (id, idempotency_key, user, "
+                                "queue, state, create_time_us, job) VALUES "
+                                "(?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE "
+                                "SET state = excluded.state, "
+                                "job = excluded.job"));
   ASSIGN_OR_RETURN(add_event_,
                    db_->Prepare("INSERT OR REPLACE INTO job_events (job_id, "
                                 "seq, time_us, from_state, to_state, attempt, "
