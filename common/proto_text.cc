@@ -116,21 +116,24 @@ bool IsPlainNumber(const YAML::Node& node) {
          s.find_first_not_of("0123456789+-.eE") == std::string::npos;
 }
 
-void TypedNodeToJson(const YAML::Node& node,
-                     const google::protobuf::FieldDescriptor* field,
-                     bool element, std::string* out);
+absl::Status TypedNodeToJson(const YAML::Node& node,
+                             const google::protobuf::FieldDescriptor* field,
+                             const std::string& path, bool element,
+                             std::string* out);
 
 // Like NodeToJson, but the scalars of fields whose type is string (or bytes)
 // stay JSON strings however they look in YAML ("command: [train.py, 50]",
 // "env: {DEBUG: 1}"), and a plain number given for a google.protobuf.Duration
-// means seconds ("time_limit: 600" is "600s"). Other mismatches are left to
-// the JSON parser, whose error names the field.
-void MessageNodeToJson(const YAML::Node& node,
-                       const google::protobuf::Descriptor* message,
-                       std::string* out) {
+// means seconds ("time_limit: 600" is "600s"). A single value where a list
+// belongs is an error here, since protobuf's parser would silently take it as
+// a list of one ("command: python3 train.py" is not an argv). Other
+// mismatches are left to the JSON parser, whose error names the field.
+absl::Status MessageNodeToJson(const YAML::Node& node,
+                               const google::protobuf::Descriptor* message,
+                               const std::string& path, std::string* out) {
   if (!node.IsMap()) {
     NodeToJson(node, out);
-    return;
+    return absl::OkStatus();
   }
   *out += "{";
   bool first = true;
@@ -143,18 +146,23 @@ void MessageNodeToJson(const YAML::Node& node,
     const auto* field = FindJsonField(message, key);
     if (field == nullptr) {
       NodeToJson(kv.second, out);  // The parser reports the unknown field.
-    } else {
-      TypedNodeToJson(kv.second, field, /*element=*/false, out);
+      continue;
     }
+    absl::Status status =
+        TypedNodeToJson(kv.second, field, path.empty() ? key : path + "." + key,
+                        /*element=*/false, out);
+    if (!status.ok()) return status;
   }
   *out += "}";
+  return absl::OkStatus();
 }
 
-// Converts `node`, the value of `field` (or, when `element` is true, one
-// element or map value of it).
-void TypedNodeToJson(const YAML::Node& node,
-                     const google::protobuf::FieldDescriptor* field,
-                     bool element, std::string* out) {
+// Converts `node`, the value of `field` at `path` (or, when `element` is
+// true, one element or map value of it).
+absl::Status TypedNodeToJson(const YAML::Node& node,
+                             const google::protobuf::FieldDescriptor* field,
+                             const std::string& path, bool element,
+                             std::string* out) {
   using google::protobuf::Descriptor;
   using google::protobuf::FieldDescriptor;
   if (!element && field->is_map() && node.IsMap()) {
@@ -166,22 +174,31 @@ void TypedNodeToJson(const YAML::Node& node,
       first = false;
       *out += JsonQuote(kv.first.Scalar());
       *out += ":";
-      TypedNodeToJson(kv.second, value, /*element=*/true, out);
+      absl::Status status = TypedNodeToJson(
+          kv.second, value, path + "." + kv.first.Scalar(), true, out);
+      if (!status.ok()) return status;
     }
     *out += "}";
-    return;
+    return absl::OkStatus();
   }
-  if (!element && field->is_repeated() && !field->is_map() &&
-      node.IsSequence()) {
-    *out += "[";
-    bool first = true;
-    for (const auto& item : node) {
-      if (!first) *out += ",";
-      first = false;
-      TypedNodeToJson(item, field, /*element=*/true, out);
+  if (!element && field->is_repeated() && !field->is_map()) {
+    if (node.IsSequence()) {
+      *out += "[";
+      bool first = true;
+      for (const auto& item : node) {
+        if (!first) *out += ",";
+        first = false;
+        absl::Status status = TypedNodeToJson(item, field, path, true, out);
+        if (!status.ok()) return status;
+      }
+      *out += "]";
+      return absl::OkStatus();
     }
-    *out += "]";
-    return;
+    if (node.IsScalar() || node.IsMap()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": expected a list, like [a, b, c]; got a single value",
+          node.IsScalar() ? absl::StrCat(" \"", node.Scalar(), "\"") : ""));
+    }
   }
   if (node.IsScalar() && !node.Scalar().empty()) {
     const std::string& s = node.Scalar();
@@ -189,7 +206,7 @@ void TypedNodeToJson(const YAML::Node& node,
     if (!is_null) {
       if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
         *out += JsonQuote(s);
-        return;
+        return absl::OkStatus();
       }
       if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
         switch (field->message_type()->well_known_type()) {
@@ -198,10 +215,10 @@ void TypedNodeToJson(const YAML::Node& node,
           case Descriptor::WELLKNOWNTYPE_TIMESTAMP:
           case Descriptor::WELLKNOWNTYPE_FIELDMASK:
             *out += JsonQuote(s);
-            return;
+            return absl::OkStatus();
           case Descriptor::WELLKNOWNTYPE_DURATION:
             *out += JsonQuote(IsPlainNumber(node) ? absl::StrCat(s, "s") : s);
-            return;
+            return absl::OkStatus();
           default:
             break;
         }
@@ -211,10 +228,10 @@ void TypedNodeToJson(const YAML::Node& node,
   if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
       field->message_type()->well_known_type() ==
           Descriptor::WELLKNOWNTYPE_UNSPECIFIED) {
-    MessageNodeToJson(node, field->message_type(), out);
-    return;
+    return MessageNodeToJson(node, field->message_type(), path, out);
   }
   NodeToJson(node, out);
+  return absl::OkStatus();
 }
 
 void JsonValueToYaml(const YAML::Node& node, YAML::Emitter* out) {
@@ -256,7 +273,8 @@ absl::StatusOr<std::string> YamlToJson(
   auto root = LoadYamlMapping(yaml);
   if (!root.ok()) return root.status();
   std::string out;
-  MessageNodeToJson(*root, message, &out);
+  absl::Status status = MessageNodeToJson(*root, message, "", &out);
+  if (!status.ok()) return status;
   return out;
 }
 

@@ -23,6 +23,8 @@ absl::StatusOr<std::string> YamlToJson(absl::string_view yaml);
 // fields stay strings however they look (an unquoted 50 in a repeated string
 // field is "50"), and a plain number for a google.protobuf.Duration field means
 // seconds (600 is "600s"); everything else is converted as above.
+// INVALID_ARGUMENT naming the field for a single value where a list belongs
+// (protobuf's parser would take "command: python3 train.py" as one argument).
 absl::StatusOr<std::string> YamlToJson(
     absl::string_view yaml, const google::protobuf::Descriptor* message);
 

@@ -1,0 +1,208 @@
+// xl-agent: reports this node to the scheduler and runs the ranks it assigns.
+// main parses flags, builds the inventory, starts the supervisor and the
+// session, and on SIGTERM/SIGINT stops every rank (5 s grace) and exits 0.
+// Signals are blocked in every thread and taken by sigwait() here.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "agent/inventory/inventory.h"
+#include "agent/log.h"
+#include "agent/session.h"
+#include "agent/supervisor.h"
+#include "common/duration.h"
+#include "common/proto_text.h"
+
+#ifndef XL_AGENT_VERSION
+#define XL_AGENT_VERSION "dev"
+#endif
+
+namespace xl::agent {
+namespace {
+
+std::string Summary(const v1::NodeInventory& inv) {
+  uint64_t nvme_free = 0;
+  for (const v1::Nvme& n : inv.nvme()) nvme_free += n.free_bytes();
+  double best_nic = 0;
+  for (const v1::Nic& n : inv.nics()) best_nic = std::max(best_nic, n.gbps());
+  std::string gpus = absl::StrCat(inv.gpus_size(), " GPUs");
+  if (inv.gpus_size() > 0) {
+    absl::StrAppend(&gpus, " (", inv.gpus(0).model(), ", ",
+                    HumanBytes(inv.gpus(0).memory_bytes()), ")");
+  }
+  return absl::StrCat(
+      gpus, ", ", inv.cpus(), " CPUs, ", HumanBytes(inv.memory_bytes()),
+      " memory, ", inv.nvme_size(), " NVMe (", HumanBytes(nvme_free),
+      " free), ", inv.nics_size(), " NICs (fastest ", best_nic, " Gbit/s)");
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "xl-agent: reports this node (GPUs, NVMe, NICs, CPUs, memory) to "
+      "xl-scheduler over one long-lived stream and runs the ranks the "
+      "scheduler assigns as child processes (execve, one process group per "
+      "rank). Logs go to stderr. SIGTERM or SIGINT stops every rank (SIGTERM, "
+      "SIGKILL after 5 s) and exits 0.",
+      "xl-agent"};
+  std::string scheduler;
+  std::string work_dir;
+  std::string inventory_file;
+  std::string name;
+  std::string address;
+  int heartbeat_ms = 1000;
+  bool print_inventory = false;
+  app.add_option("--scheduler", scheduler,
+                 "HOST:PORT of xl-scheduler (required unless "
+                 "--print-inventory)");
+  app.add_option("--work-dir", work_dir,
+                 "Directory the agent owns (created if missing): jobs/<job>/"
+                 "<attempt> working directories, and scratch/ for checkpoints "
+                 "when the node has no NVMe")
+      ->required();
+  app.add_option("--inventory", inventory_file,
+                 "YAML or JSON file describing the node (xl.v1.NodeInventory "
+                 "fields: hostname, labels, cpus, memory_bytes, gpus, nvme, "
+                 "nics); replaces discovery through NVML and sysfs")
+      ->check(CLI::ExistingFile);
+  app.add_option("--name", name,
+                 "Node name in the cluster (default: the inventory's "
+                 "hostname)");
+  app.add_option("--address", address,
+                 "Address other nodes use to reach this one (MASTER_ADDR); "
+                 "default: the address the scheduler sees the agent connect "
+                 "from");
+  app.add_option("--heartbeat-interval-ms", heartbeat_ms,
+                 "Send a heartbeat at least this often (the scheduler's "
+                 "RegisterAck may ask for more often)")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 3600 * 1000));
+  app.add_flag("--print-inventory", print_inventory,
+               "Print the node's inventory (discovered, or the --inventory "
+               "file with defaults filled in) as YAML in the inventory file "
+               "format, and exit");
+  CLI11_PARSE(app, argc, argv);
+  if (scheduler.empty() && !print_inventory) {
+    std::fprintf(stderr,
+                 "--scheduler is required\nRun with --help for more "
+                 "information.\n");
+    return 106;  // CLI11's code for a missing required option.
+  }
+
+  // Block before any thread exists (NVML and gRPC start some) so that every
+  // thread inherits the mask and the signals come to sigwait() below. Ranks
+  // get a clean mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  SetLogName(name.empty() ? LocalHostname() : name);
+  if (!print_inventory &&
+      (scheduler.rfind(':') == std::string::npos || scheduler.back() == ':')) {
+    LogLine(absl::StrCat("--scheduler ", scheduler,
+                         " has no port; give HOST:PORT, for example "
+                         "--scheduler sched-1:7070"));
+    return 2;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(work_dir, ec);
+  if (ec) {
+    LogLine(absl::StrCat("cannot create --work-dir ", work_dir, ": ",
+                         ec.message(),
+                         "; choose a directory the agent can "
+                         "write"));
+    return 2;
+  }
+  work_dir = std::filesystem::absolute(work_dir).lexically_normal().string();
+  if (!work_dir.empty() && work_dir.size() > 1 && work_dir.back() == '/') {
+    work_dir.pop_back();
+  }
+
+  absl::StatusOr<v1::NodeInventory> inventory;
+  if (!inventory_file.empty()) {
+    inventory = LoadInventoryFile(inventory_file);
+  } else {
+    DiscoveryOptions options;
+    options.work_dir = work_dir;
+    inventory = DiscoverInventory(options);
+  }
+  if (!inventory.ok()) {
+    LogLine(absl::StrCat(inventory.status().message(),
+                         inventory_file.empty()
+                             ? "; pass --inventory FILE to describe the node"
+                             : "; fix the inventory file"));
+    return 2;
+  }
+  if (!address.empty()) inventory->set_address(address);
+  if (print_inventory) {
+    std::fputs(MessageToYaml(*inventory).c_str(), stdout);
+    return 0;
+  }
+  if (name.empty()) name = inventory->hostname();
+  SetLogName(name);
+
+  SessionOptions session_options;
+  session_options.scheduler = scheduler;
+  session_options.name = name;
+  session_options.inventory = *inventory;
+  session_options.agent_version = XL_AGENT_VERSION;
+  session_options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  Session session(session_options);
+
+  SupervisorOptions supervisor_options;
+  supervisor_options.work_dir = work_dir;
+  supervisor_options.scratch_dir = ScratchDir(*inventory, work_dir);
+  std::filesystem::create_directories(supervisor_options.scratch_dir, ec);
+  if (ec) {
+    // An inventory file may describe NVMe that this machine does not have
+    // (a simulated node); ranks still need somewhere to checkpoint.
+    const std::string fallback = work_dir + "/scratch";
+    LogLine(absl::StrCat("cannot create the scratch directory ",
+                         supervisor_options.scratch_dir, " (", ec.message(),
+                         "); checkpoints go to ", fallback));
+    supervisor_options.scratch_dir = fallback;
+  }
+  Supervisor supervisor(supervisor_options, &session);
+  absl::Status started = supervisor.Start();
+  if (!started.ok()) {
+    LogLine(std::string(started.message()));
+    return 1;
+  }
+  LogLine(absl::StrCat("xl-agent ", XL_AGENT_VERSION, ": ", Summary(*inventory),
+                       "; scheduler ", scheduler, "; work dir ", work_dir,
+                       "; checkpoints under ", supervisor_options.scratch_dir));
+  session.Start(&supervisor);
+
+  int sig = 0;
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  LogLine(absl::StrCat("received ", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                       ": stopping every rank (grace 5s)"));
+  absl::Status stopped = supervisor.StopAll(absl::Seconds(5));
+  if (!stopped.ok()) LogLine(std::string(stopped.message()));
+  // Lets the final rank statuses reach the scheduler.
+  session.Shutdown(absl::Seconds(1));
+  LogLine("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace xl::agent
+
+int main(int argc, char** argv) {
+  try {
+    return xl::agent::Main(argc, argv);
+  } catch (const std::exception& e) {
+    xl::agent::LogLine(absl::StrCat("fatal: ", e.what()));
+    return 1;
+  }
+}

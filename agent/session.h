@@ -1,0 +1,119 @@
+// The agent's session with the scheduler: one long-lived
+// xl.v1.AgentService/Connect stream. Up: Register (inventory and the status of
+// every known rank), heartbeats, rank statuses and logs. Down: StartRanks and
+// StopJob, handed to the RankController. Reconnects with exponential backoff
+// and jitter whenever the stream breaks; rank statuses survive a disconnect
+// through the next Register, logs through a bounded buffer.
+//
+// Threading: Start() runs one session thread (connect, read the stream,
+// dispatch) and, per connection, one writer thread (the only one that writes,
+// so one write is in flight). The RankEventSink methods queue and return;
+// they are safe from any thread. Shutdown() is safe from any thread but the
+// session's own.
+#ifndef XL_AGENT_SESSION_H_
+#define XL_AGENT_SESSION_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/outbox.h"
+#include "agent/supervisor.h"
+#include "xl/v1/agent.grpc.pb.h"
+#include "xl/v1/node.pb.h"
+
+namespace xl::agent {
+
+struct SessionOptions {
+  // The scheduler's agent endpoint, HOST:PORT.
+  std::string scheduler;
+  // The node's name in the cluster.
+  std::string name;
+  v1::NodeInventory inventory;
+  std::string agent_version;
+  // The agent heartbeats at least this often, and at least as often as the
+  // scheduler's RegisterAck asks.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+  // A scheduler that accepts the stream but sends no RegisterAck in this
+  // time is treated as away.
+  absl::Duration register_timeout = absl::Seconds(10);
+  size_t max_buffered_log_bytes = 8 << 20;
+  // HTTP/2 keepalive pings, so that a dead scheduler (or a dead network path)
+  // breaks the stream even when nothing is written.
+  absl::Duration keepalive_time = absl::Seconds(20);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+};
+
+class Session : public RankEventSink {
+ public:
+  explicit Session(SessionOptions options);
+  // Calls Shutdown(0).
+  ~Session() override;
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Starts the session thread. `controller` receives the scheduler's commands
+  // and supplies the Register snapshot; it must outlive the session.
+  void Start(RankController* controller);
+
+  // Sends what is queued (for at most `flush_timeout` while connected), ends
+  // the stream and joins the threads. Idempotent.
+  void Shutdown(absl::Duration flush_timeout = absl::Seconds(1));
+
+  void OnRankStatus(const v1::RankStatus& status) override;
+  void OnLogChunk(v1::LogChunk chunk) override;
+
+  // True between a RegisterAck and the end of that stream.
+  bool connected() const;
+  // Registrations acknowledged so far.
+  int registrations() const;
+  // The node name the scheduler acknowledged last.
+  std::string node() const;
+
+ private:
+  using Stream =
+      grpc::ClientReaderWriterInterface<v1::AgentMessage, v1::SchedulerMessage>;
+
+  void Run();
+  // One connection: register, read until the stream ends. OK when it ended
+  // because of Shutdown(); otherwise why it ended.
+  absl::Status RunConnection(bool* registered);
+  void WriterLoop(Stream* stream, grpc::ClientContext* context);
+  void Dispatch(const v1::SchedulerMessage& message);
+
+  const SessionOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::AgentService::Stub> stub_;
+  RankController* controller_ = nullptr;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  Outbox outbox_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // The live connection; cancelled by Shutdown().
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool acked_ ABSL_GUARDED_BY(mu_) = false;
+  // Ends the current connection's writer.
+  bool connection_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
+  int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string node_ ABSL_GUARDED_BY(mu_);
+  bool logged_drop_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // Shutdown() began: no reconnect; the writer half-closes the stream.
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace xl::agent
+
+#endif  // XL_AGENT_SESSION_H_

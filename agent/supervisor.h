@@ -1,0 +1,190 @@
+// The process supervisor: runs the ranks of jobs as child processes, one
+// process group per rank, and reports their status and output as events.
+//
+// Threading: one long-lived supervisor thread (started by Start()) does every
+// fork/exec, reads the ranks' stdout/stderr pipes in a poll() loop, reaps
+// children and fires the SIGTERM->SIGKILL timers. Forking only there matters:
+// PR_SET_PDEATHSIG(SIGKILL) in a child is tied to the *thread* that forked
+// it, so the ranks die with the supervisor thread and never with a short-lived
+// gRPC thread. StartRanks/StopJob/StopAll/Snapshot are safe from any thread;
+// they queue a command and wake the loop. The sink is called on the
+// supervisor thread only, never with an internal lock held.
+//
+// Only one Supervisor may run in a process at a time: it reaps every child of
+// the process (waitpid(-1)) and, by default, makes the process a child
+// subreaper so that processes a rank left behind are reaped here too.
+#ifndef XL_AGENT_SUPERVISOR_H_
+#define XL_AGENT_SUPERVISOR_H_
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "xl/v1/agent.pb.h"
+#include "xl/v1/job.pb.h"
+
+namespace xl::agent {
+
+// Receives the supervisor's events. Implemented by the session. Called on the
+// supervisor thread; an implementation must return quickly (queue, not send)
+// and must not call back into the Supervisor's blocking StopAll().
+class RankEventSink {
+ public:
+  virtual ~RankEventSink() = default;
+  // A rank started (RANK_RUNNING with its pid), exited (RANK_EXITED) or could
+  // not be started (RANK_FAILED_TO_START with a message saying what to fix).
+  virtual void OnRankStatus(const v1::RankStatus& status) = 0;
+  // A piece of a rank's stdout or stderr; within one (rank, stream) chunks
+  // arrive in order.
+  virtual void OnLogChunk(v1::LogChunk chunk) = 0;
+};
+
+// What the session asks of the supervisor (a fake in session tests).
+// Implementations are safe to call from any thread and do not block.
+class RankController {
+ public:
+  virtual ~RankController() = default;
+  virtual void StartRanks(const v1::StartRanks& request) = 0;
+  virtual void StopJob(const v1::StopJob& request) = 0;
+  // The status of every rank known: running ones and those that exited in the
+  // retention window.
+  virtual std::vector<v1::RankStatus> Snapshot() const = 0;
+};
+
+struct SupervisorOptions {
+  // The agent's --work-dir: default working directories are
+  // <work_dir>/jobs/<job_id>/<attempt>.
+  std::string work_dir;
+  // XL_CHECKPOINT_DIR of a rank is <scratch_dir>/checkpoints/<job_id>.
+  std::string scratch_dir;
+  // Timestamps, grace and flush timers, retention. Timers are checked at
+  // least once a second and on every event.
+  Clock* clock = RealClock::Get();
+  // Exited ranks stay in Snapshot() this long.
+  absl::Duration exited_retention = absl::Hours(1);
+  // A partial output line is sent after this long without its newline.
+  absl::Duration partial_line_delay = absl::Milliseconds(100);
+  size_t max_chunk_bytes = 64 * 1024;
+  // Grace used when a StopJob or StartRanks carries none.
+  absl::Duration default_grace = absl::Seconds(10);
+  // Make the process a child subreaper (PR_SET_CHILD_SUBREAPER).
+  bool subreaper = true;
+};
+
+class Supervisor : public RankController {
+ public:
+  // `sink` must outlive the Supervisor.
+  Supervisor(SupervisorOptions options, RankEventSink* sink);
+  // SIGKILLs the process group of every rank still alive, then joins the
+  // supervisor thread.
+  ~Supervisor() override;
+
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Starts the supervisor thread. FAILED_PRECONDITION when another Supervisor
+  // runs in this process; INTERNAL when a pipe cannot be made.
+  absl::Status Start();
+
+  // Starts every rank of `request` (asynchronously; the outcome comes as
+  // events). Running ranks of older attempts of the job are SIGKILLed first,
+  // and the new ones start once they are gone. A (job, attempt, rank) the
+  // supervisor already knows is not started again; its status is re-sent.
+  void StartRanks(const v1::StartRanks& request) override;
+
+  // Sends SIGTERM to the process group of every rank of the job whose attempt
+  // is <= request.attempt, and SIGKILL when grace_period has passed (default
+  // when unset). Unknown jobs are ignored.
+  void StopJob(const v1::StopJob& request) override;
+
+  std::vector<v1::RankStatus> Snapshot() const override;
+
+  // Stops every rank as StopJob does, refuses later StartRanks, and blocks
+  // until no process of any rank remains. DEADLINE_EXCEEDED when some are
+  // still there at grace + 5 s (processes stuck in the kernel).
+  absl::Status StopAll(absl::Duration grace);
+
+ private:
+  using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
+  struct Output;
+  struct Process;
+  struct Command;
+  struct StatusEntry {
+    v1::RankStatus status;
+    absl::Time end_time = absl::InfiniteFuture();
+  };
+
+  void Enqueue(Command command);
+  void Wake();
+  void Loop();
+  void HandleCommand(Command& command);
+  void HandleStartRanks(const v1::StartRanks& request);
+  // Starts the ranks of `request` unless an older attempt is still alive.
+  bool TryStart(const v1::StartRanks& request, bool force);
+  void Launch(const v1::StartRanks& request, const v1::RankLaunch& launch);
+  void HandleStop(const std::string& job_id, int attempt, absl::Duration grace,
+                  bool all);
+  void ReadOutput(Process& process, Output& output);
+  void AppendOutput(Process& process, Output& output, const char* data,
+                    size_t size);
+  void EmitChunk(const Process& process, const Output& output,
+                 std::string data);
+  void FlushPartial(Process& process, Output& output);
+  void CloseOutput(Process& process, Output& output);
+  void Reap();
+  void OnLeaderExit(Process& process, int wait_status);
+  void RunTimers();
+  absl::Duration NextTimeout();
+  void SetStatus(const v1::RankStatus& status);
+  void FailToStart(const v1::StartRanks& request, int rank,
+                   const std::string& message);
+  void UpdateLiveness();
+  bool AnyAlive() const;
+
+  const SupervisorOptions options_;
+  RankEventSink* const sink_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
+  std::map<RankKey, StatusEntry> statuses_ ABSL_GUARDED_BY(mu_);
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  // Number of StopAll commands the loop has handled.
+  int stop_all_done_ ABSL_GUARDED_BY(mu_) = 0;
+  int stop_all_requested_ ABSL_GUARDED_BY(mu_) = 0;
+  // True when no rank process (leader or left-behind group member) and no
+  // deferred start remain.
+  bool idle_ ABSL_GUARDED_BY(mu_) = true;
+
+  // Wakes the loop: commands and quit write a byte here.
+  int wake_read_ = -1;
+  int wake_write_ = -1;
+  bool started_ = false;
+  std::thread thread_;
+
+  // Owned by the supervisor thread.
+  std::map<RankKey, std::unique_ptr<Process>> processes_;
+  std::map<pid_t, Process*> leaders_;
+  struct Deferred {
+    v1::StartRanks request;
+    absl::Time give_up;
+  };
+  std::deque<Deferred> deferred_;
+  bool refuse_starts_ = false;
+  int stop_all_handled_ = 0;
+};
+
+}  // namespace xl::agent
+
+#endif  // XL_AGENT_SUPERVISOR_H_

@@ -1,0 +1,379 @@
+#include "client/cli.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/exit_code.h"
+#include "common/identity.h"
+#include "common/status.h"
+
+#ifndef XL_VERSION
+#define XL_VERSION "dev"
+#endif
+
+namespace xl::client {
+namespace {
+
+constexpr char kDescription[] =
+    "xlctl: the command-line client of xl, which runs deep-learning training "
+    "jobs on GPU machines.\nSubmit jobs, follow them, and look at the queue "
+    "and the nodes of an xl-scheduler.";
+
+constexpr char kEnvironmentHelp[] =
+    "Environment:\n"
+    "  XL_SERVER  HOST:PORT of xl-scheduler when --server is not given "
+    "(default 127.0.0.1:7070)\n"
+    "  XL_USER    user name sent to the scheduler when --user is not given; "
+    "then USER, then \"anonymous\"\n";
+
+constexpr char kOutputHelp[] =
+    "Output (-o): table (readable, aligned), json (the API message in "
+    "protobuf's JSON mapping), yaml (the same as YAML).\n";
+
+std::string Footer() {
+  return absl::StrCat(kOutputHelp, "\n", kEnvironmentHelp, "\n", kExitCodeHelp);
+}
+
+std::string ResolveUser(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* user = std::getenv("USER");
+  if (user != nullptr && *user != '\0') return user;
+  if (const struct passwd* pw = getpwuid(getuid()); pw != nullptr) {
+    return pw->pw_name;
+  }
+  return xl::kAnonymousUser;
+}
+
+}  // namespace
+
+// The targets of flags whose presence matters.
+struct CommandLine::Flags {
+  std::string name, queue, time_limit;
+  int32_t priority = 0, nodes = 0, ranks_per_node = 0, gpus_per_node = 0,
+          max_retries = 0, rank = 0;
+  std::string wait_timeout;
+  CLI::Option* name_opt = nullptr;
+  CLI::Option* queue_opt = nullptr;
+  CLI::Option* time_limit_opt = nullptr;
+  CLI::Option* priority_opt = nullptr;
+  CLI::Option* nodes_opt = nullptr;
+  CLI::Option* ranks_per_node_opt = nullptr;
+  CLI::Option* gpus_per_node_opt = nullptr;
+  CLI::Option* max_retries_opt = nullptr;
+  CLI::Option* rank_opt = nullptr;
+  CLI::Option* wait_timeout_opt = nullptr;
+  // The argv after `--` (submit only).
+  std::vector<std::string> after_dashes;
+  bool saw_dashes = false;
+  std::vector<std::pair<std::string, CLI::App*>> subcommands;
+};
+
+CommandLine::CommandLine()
+    : app_(std::make_unique<CLI::App>(kDescription, "xlctl")),
+      flags_(std::make_unique<Flags>()) {
+  CLI::App& app = *app_;
+  Invocation& inv = invocation_;
+  Flags& f = *flags_;
+  app.footer(Footer());
+  app.require_subcommand(1);
+  // Global flags may also follow the subcommand (xlctl get 42 -o json).
+  app.fallthrough();
+  app.set_version_flag("--version", std::string("xlctl ") + XL_VERSION);
+
+  inv.server = kDefaultServer;
+  app.add_option("--server", inv.server, "HOST:PORT of xl-scheduler")
+      ->envname("XL_SERVER")
+      ->capture_default_str();
+  app.add_option("--user", inv.user,
+                 "user name sent to the scheduler (default: $XL_USER, then "
+                 "$USER, then anonymous)")
+      ->envname("XL_USER");
+  app.add_option("--timeout", inv.timeout,
+                 "deadline of each call to the scheduler, like 10s or 1m "
+                 "(`wait --timeout` is different: how long to wait)")
+      ->capture_default_str();
+  app.add_option("-o,--output", inv.output,
+                 "output format: table, json or yaml")
+      ->check(CLI::IsMember({"table", "json", "yaml"}, CLI::ignore_case))
+      ->capture_default_str();
+
+  auto add = [&](const std::string& name, const std::string& help) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    sub->footer(
+        "Global flags (--server, --user, --timeout, -o) are listed by "
+        "'xlctl --help'; exit codes too.");
+    f.subcommands.emplace_back(name, sub);
+    return sub;
+  };
+  auto job_arg = [&](CLI::App* sub) {
+    sub->add_option("ID", inv.job_id, "job id")->required();
+  };
+  auto node_arg = [&](CLI::App* sub) {
+    sub->add_option("NAME", inv.node, "node name")->required();
+  };
+
+  // submit
+  CLI::App* submit =
+      add("submit",
+          "Submit a job and print its id:  xlctl submit [flags] JOB.yaml  |  "
+          "xlctl submit [flags] [JOB.yaml] -- COMMAND [ARGS...]");
+  submit->footer(
+      "JOB.yaml maps onto xl.v1.JobSpec through protobuf's JSON mapping: "
+      "name, queue, priority, command (a list), env (a map), resources "
+      "{nodes, ranks_per_node, gpus_per_node, min_gpu_memory_bytes, "
+      "gpu_models, nvme_bytes_per_node, nic_gbps_per_node, cpus_per_node, "
+      "memory_bytes_per_node}, max_retries, time_limit (\"600s\"), "
+      "grace_period, working_dir. A wrong field name or type is an error "
+      "that names the field (exit 2), found before the scheduler is "
+      "contacted.\n"
+      "Flags override the file; a command after -- replaces the file's "
+      "command.\n"
+      "With -o table only the id is printed, so ID=$(xlctl submit job.yaml) "
+      "works; -o json|yaml print the SubmitJobResponse.\n"
+      "A call that finds the scheduler unavailable is retried 3 times with "
+      "the same idempotency key, so the job is created at most once.\n"
+      "Global flags (--server, --user, --timeout, -o) and exit codes: "
+      "'xlctl --help'.");
+  submit->add_option("JOB_FILE", inv.submit.job_file,
+                     "YAML or JSON job file (optional with -- COMMAND)");
+  f.name_opt = submit->add_option("--name", f.name, "job name");
+  f.queue_opt = submit->add_option("--queue", f.queue, "queue (project)");
+  f.priority_opt = submit->add_option("--priority", f.priority,
+                                      "priority; higher runs first");
+  f.nodes_opt = submit->add_option("--nodes", f.nodes, "number of nodes")
+                    ->check(CLI::NonNegativeNumber);
+  f.ranks_per_node_opt =
+      submit
+          ->add_option("--ranks-per-node", f.ranks_per_node,
+                       "processes per node (default: GPUs per node, or 1)")
+          ->check(CLI::NonNegativeNumber);
+  f.gpus_per_node_opt =
+      submit->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node")
+          ->check(CLI::NonNegativeNumber);
+  f.max_retries_opt = submit
+                          ->add_option("--max-retries", f.max_retries,
+                                       "requeues allowed after a failure")
+                          ->check(CLI::NonNegativeNumber);
+  f.time_limit_opt = submit->add_option(
+      "--time-limit", f.time_limit,
+      "running time limit, like 600s, 90m or 2h (a plain number is seconds)");
+  submit
+      ->add_option("--env", inv.submit.overrides.env,
+                   "KEY=VALUE set in every rank's environment (repeatable)")
+      ->allow_extra_args(false);
+  submit->add_option("--working-dir", inv.submit.overrides.working_dir,
+                     "directory the ranks start in (default: the job file's "
+                     "working_dir, else the current directory, as sbatch "
+                     "does)");
+  submit->add_option("--idempotency-key", inv.submit.idempotency_key,
+                     "key that makes a repeated submit return the first job "
+                     "(default: random per invocation)");
+
+  CLI::App* get = add("get",
+                      "Show one job: spec, state, allocations and the "
+                      "full reason.");
+  job_arg(get);
+
+  CLI::App* list = add("list", "List jobs, newest first.");
+  list->add_option("--state", inv.list.states,
+                   "only jobs in this state (repeatable, or comma-separated): "
+                   "PENDING, SCHEDULED, RUNNING, SUCCEEDED, FAILED, CANCELLED")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  list->add_option("--user", inv.list.user,
+                   "only jobs of this user (to set who you are, put the "
+                   "global --user before 'list')");
+  list->add_option("--queue", inv.list.queue, "only jobs of this queue");
+  list->add_option("--limit", inv.list.limit,
+                   "jobs per page (default 100, at most 1000)")
+      ->check(CLI::NonNegativeNumber);
+  list->add_flag("--all-pages", inv.list.all_pages,
+                 "fetch every page, not only the first");
+
+  add("queue",
+      "Show every queue's pending and running jobs and GPUs, and the "
+      "cluster's totals.");
+
+  CLI::App* cancel = add("cancel",
+                         "Cancel a job: its ranks get SIGTERM, then "
+                         "SIGKILL after the grace period.");
+  job_arg(cancel);
+  cancel->add_option("--reason", inv.reason, "why (recorded with the job)");
+
+  CLI::App* logs = add("logs",
+                       "Print a job's output (stdout and stderr of its "
+                       "ranks). With several ranks each line starts "
+                       "with \"[rank N] \".");
+  job_arg(logs);
+  f.rank_opt = logs->add_option("--rank", f.rank, "only this rank")
+                   ->check(CLI::NonNegativeNumber);
+  logs->add_flag("-f,--follow", inv.logs.follow,
+                 "keep printing new output until the job ends");
+
+  CLI::App* watch = add("watch",
+                        "Print a job's state changes as they happen, "
+                        "one line each: TIME  FROM -> TO  attempt N  "
+                        "reason; ends when the job does.");
+  job_arg(watch);
+
+  CLI::App* wait = add("wait",
+                       "Wait until a job ends. Exit 0 if it SUCCEEDED, "
+                       "1 if it FAILED or was CANCELLED, 5 if "
+                       "--timeout expires first.");
+  job_arg(wait);
+  f.wait_timeout_opt = wait->add_option(
+      "--timeout", f.wait_timeout,
+      "give up after this long, like 30m (default: wait as long as it takes)");
+
+  add("nodes",
+      "List the nodes: state, GPUs used/total, GPU model, CPUs, "
+      "memory, free NVMe, fastest NIC, labels and jobs.");
+  CLI::App* node = add("node", "Show one node: inventory, usage and state.");
+  node_arg(node);
+  CLI::App* drain = add("drain",
+                        "Drain a node: it keeps its running jobs but "
+                        "takes no new ones.");
+  node_arg(drain);
+  drain->add_option("--reason", inv.reason, "why (shown with the node)");
+  CLI::App* resume = add("resume", "Let a drained node take new jobs again.");
+  node_arg(resume);
+}
+
+CommandLine::~CommandLine() = default;
+
+void CommandLine::Resolve() {
+  Invocation& inv = invocation_;
+  Flags& f = *flags_;
+  for (const auto& [name, sub] : f.subcommands) {
+    if (sub->parsed()) inv.command = name;
+  }
+  if (inv.server.empty()) inv.server = kDefaultServer;  // XL_SERVER=""
+  inv.user = ResolveUser(inv.user);
+  JobOverrides& o = inv.submit.overrides;
+  if (f.name_opt->count() > 0) o.name = f.name;
+  if (f.queue_opt->count() > 0) o.queue = f.queue;
+  if (f.priority_opt->count() > 0) o.priority = f.priority;
+  if (f.nodes_opt->count() > 0) o.nodes = f.nodes;
+  if (f.ranks_per_node_opt->count() > 0) o.ranks_per_node = f.ranks_per_node;
+  if (f.gpus_per_node_opt->count() > 0) o.gpus_per_node = f.gpus_per_node;
+  if (f.max_retries_opt->count() > 0) o.max_retries = f.max_retries;
+  if (f.time_limit_opt->count() > 0) o.time_limit = f.time_limit;
+  o.command = f.after_dashes;
+  if (f.rank_opt->count() > 0) inv.logs.rank = f.rank;
+  if (f.wait_timeout_opt->count() > 0) inv.wait_timeout = f.wait_timeout;
+}
+
+std::optional<int> CommandLine::Parse(std::vector<std::string> args,
+                                      std::ostream& out, std::ostream& err) {
+  // Everything after the first "--" is the command of `submit`; CLI11 never
+  // sees it, so an argument such as "--steps" cannot be taken for a flag.
+  auto dashes = std::find(args.begin(), args.end(), "--");
+  if (dashes != args.end()) {
+    flags_->saw_dashes = true;
+    flags_->after_dashes.assign(dashes + 1, args.end());
+    args.erase(dashes, args.end());
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes them reversed.
+  try {
+    app_->parse(args);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help, --help-all, --version
+      app_->exit(e, out, err);
+      return 0;
+    }
+    std::string where = "xlctl";
+    for (const auto& [name, sub] : flags_->subcommands) {
+      if (sub->parsed()) where = absl::StrCat("xlctl ", name);
+    }
+    err << "xlctl: " << e.what() << "; run '" << where
+        << " --help' for usage\n";
+    return kExitUsage;
+  }
+  Resolve();
+  if (flags_->saw_dashes) {
+    if (invocation_.command != "submit") {
+      err << "xlctl: a command after -- is only taken by 'xlctl submit'; "
+             "run 'xlctl --help' for usage\n";
+      return kExitUsage;
+    }
+    if (flags_->after_dashes.empty()) {
+      err << "xlctl: no command after --; write it like 'xlctl submit "
+             "--nodes 2 -- /usr/bin/python3 train.py'\n";
+      return kExitUsage;
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+absl::Status Dispatch(const Invocation& inv, Commands& commands) {
+  const std::string& c = inv.command;
+  if (c == "submit") return commands.Submit(inv.submit);
+  if (c == "get") return commands.Get(inv.job_id);
+  if (c == "list") return commands.List(inv.list);
+  if (c == "queue") return commands.Queue();
+  if (c == "cancel") return commands.Cancel(inv.job_id, inv.reason);
+  if (c == "logs") return commands.Logs(inv.job_id, inv.logs);
+  if (c == "watch") return commands.Watch(inv.job_id);
+  if (c == "wait") {
+    std::optional<absl::Duration> timeout;
+    if (inv.wait_timeout) {
+      ASSIGN_OR_RETURN(timeout,
+                       ParseDurationFlag("wait --timeout", *inv.wait_timeout));
+    }
+    return commands.Wait(inv.job_id, timeout);
+  }
+  if (c == "nodes") return commands.Nodes();
+  if (c == "node") return commands.Node(inv.node);
+  if (c == "drain") return commands.Drain(inv.node, inv.reason);
+  if (c == "resume") return commands.Resume(inv.node);
+  return UsageError(absl::StrCat("unknown command \"", c,
+                                 "\"; run 'xlctl --help' for the commands"));
+}
+
+absl::Status RunStatus(const Invocation& inv, std::ostream& out,
+                       std::ostream& err) {
+  ASSIGN_OR_RETURN(OutputFormat format, ParseOutputFormat(inv.output));
+  ASSIGN_OR_RETURN(absl::Duration timeout,
+                   ParseDurationFlag("--timeout", inv.timeout));
+  if (timeout <= absl::ZeroDuration()) {
+    return UsageError("--timeout: must be more than 0, like 10s");
+  }
+  ConnectionOptions options;
+  options.server = inv.server;
+  options.user = inv.user;
+  options.timeout = timeout;
+  SchedulerConnection connection(options);
+  Commands commands(&connection, format, &out, &err);
+  return Dispatch(inv, commands);
+}
+
+}  // namespace
+
+int RunInvocation(const Invocation& invocation, std::ostream& out,
+                  std::ostream& err) {
+  absl::Status status = RunStatus(invocation, out, err);
+  out.flush();
+  if (!status.ok()) err << "xlctl: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+int XlctlMain(int argc, char** argv) {
+  std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  CommandLine command_line;
+  if (std::optional<int> code =
+          command_line.Parse(args, std::cout, std::cerr)) {
+    return *code;
+  }
+  return RunInvocation(command_line.invocation(), std::cout, std::cerr);
+}
+
+}  // namespace xl::client

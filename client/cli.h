@@ -1,0 +1,84 @@
+// The xlctl command line: flags and subcommands (CLI11), the environment
+// variables that stand in for global flags, and the dispatch of one parsed
+// invocation to Commands. Parsing is separate from running so tests can check
+// what a command line means without a scheduler.
+// Not thread-safe: one CommandLine per invocation.
+#ifndef XL_CLIENT_CLI_H_
+#define XL_CLIENT_CLI_H_
+
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "client/commands.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace xl::client {
+
+// Everything one xlctl command line says.
+struct Invocation {
+  // Global flags, after the environment fallbacks (XL_SERVER, XL_USER, USER).
+  std::string server;
+  std::string user;
+  std::string timeout = "10s";
+  std::string output = "table";
+
+  // The subcommand: "submit", "get", "list", "queue", "cancel", "logs",
+  // "watch", "wait", "nodes", "node", "drain" or "resume".
+  std::string command;
+  SubmitOptions submit;
+  ListOptions list;
+  LogsOptions logs;
+  // The job of get, cancel, logs, watch and wait.
+  std::string job_id;
+  // The node of node, drain and resume.
+  std::string node;
+  // --reason of cancel and drain.
+  std::string reason;
+  // --timeout of wait.
+  std::optional<std::string> wait_timeout;
+};
+
+class CommandLine {
+ public:
+  CommandLine();
+  ~CommandLine();
+  CommandLine(const CommandLine&) = delete;
+  CommandLine& operator=(const CommandLine&) = delete;
+
+  // Parses `args` (the command line without the program name). Returns an
+  // exit code when there is nothing to run: 0 after printing help to `out`,
+  // 2 after printing a usage error to `err`. Returns nullopt when
+  // invocation() is ready to run.
+  std::optional<int> Parse(std::vector<std::string> args, std::ostream& out,
+                           std::ostream& err);
+
+  const Invocation& invocation() const { return invocation_; }
+
+ private:
+  void Resolve();
+
+  std::unique_ptr<CLI::App> app_;
+  Invocation invocation_;
+  // Flags whose presence matters (an override is applied only when given).
+  struct Flags;
+  std::unique_ptr<Flags> flags_;
+};
+
+// Runs a parsed invocation against the scheduler it names, prints to `out`
+// and `err`, and returns the exit code (see exit_code.h).
+int RunInvocation(const Invocation& invocation, std::ostream& out,
+                  std::ostream& err);
+
+// main(): parses argv and runs it with std::cout and std::cerr.
+int XlctlMain(int argc, char** argv);
+
+}  // namespace xl::client
+
+#endif  // XL_CLIENT_CLI_H_

@@ -1,0 +1,430 @@
+#include "client/commands.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/exit_code.h"
+#include "common/duration.h"
+#include "common/status.h"
+#include "xl/v1/scheduler.pb.h"
+
+namespace xl::client {
+namespace {
+
+constexpr char kJobHint[] = "; list your jobs with 'xlctl list'";
+constexpr char kNodeHint[] = "; list the nodes with 'xlctl nodes'";
+
+// Backoff before submit's retries: 0.5 s, 1 s, 2 s.
+constexpr absl::Duration kSubmitBackoff = absl::Milliseconds(500);
+// `wait` re-opens a broken watch after this pause, and polls GetJob this
+// often when the scheduler has no WatchJob.
+constexpr absl::Duration kWaitRetryPause = absl::Seconds(1);
+constexpr absl::Duration kWaitPollInterval = absl::Seconds(2);
+// `wait` gives up when the scheduler stays unreachable this long.
+constexpr absl::Duration kWaitUnreachableLimit = absl::Seconds(30);
+
+bool IsFinished(xl::v1::JobState state) {
+  return state == xl::v1::SUCCEEDED || state == xl::v1::FAILED ||
+         state == xl::v1::CANCELLED;
+}
+
+int32_t WorldSize(const xl::v1::Job& job) {
+  if (job.world_size() > 0) return job.world_size();
+  const auto& r = job.spec().resources();
+  int32_t per_node = r.ranks_per_node() > 0
+                         ? r.ranks_per_node()
+                         : (r.gpus_per_node() > 0 ? r.gpus_per_node() : 1);
+  return std::max(r.nodes(), 1) * per_node;
+}
+
+}  // namespace
+
+std::string NewIdempotencyKey() {
+  std::random_device device;
+  std::string key = "xlctl-";
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&key, absl::StrFormat("%08x", device()));
+  }
+  return key;
+}
+
+absl::StatusOr<xl::v1::JobState> ParseJobState(const std::string& name) {
+  xl::v1::JobState state;
+  if (xl::v1::JobState_Parse(absl::AsciiStrToUpper(name), &state) &&
+      state != xl::v1::JOB_STATE_UNSPECIFIED) {
+    return state;
+  }
+  return UsageError(absl::StrCat(
+      "--state: unknown job state \"", name,
+      "\"; use PENDING, SCHEDULED, RUNNING, SUCCEEDED, FAILED or CANCELLED"));
+}
+
+Commands::Commands(SchedulerConnection* connection, OutputFormat format,
+                   std::ostream* out, std::ostream* err, const xl::Clock* clock)
+    : connection_(connection),
+      format_(format),
+      out_(out),
+      err_(err),
+      clock_(clock),
+      sleep_([](absl::Duration d) { absl::SleepFor(d); }) {}
+
+RenderContext Commands::Context() const {
+  RenderContext context;
+  context.now = clock_->Now();
+  context.zone = zone_;
+  return context;
+}
+
+absl::StatusOr<xl::v1::Job> Commands::GetJob(const std::string& job_id) {
+  xl::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  xl::v1::Job job;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->jobs().GetJob(context.get(), request, &job);
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("job ", job_id),
+                                  kJobHint);
+  }
+  return job;
+}
+
+absl::Status Commands::Submit(const SubmitOptions& options) {
+  ASSIGN_OR_RETURN(xl::v1::JobSpec spec,
+                   BuildJobSpec(options.job_file, options.overrides));
+  xl::v1::SubmitJobRequest request;
+  *request.mutable_spec() = std::move(spec);
+  request.set_idempotency_key(options.idempotency_key.empty()
+                                  ? NewIdempotencyKey()
+                                  : options.idempotency_key);
+  xl::v1::SubmitJobResponse response;
+  grpc::Status status;
+  for (int attempt = 0;; ++attempt) {
+    auto context = connection_->UnaryContext();
+    status = connection_->jobs().SubmitJob(context.get(), request, &response);
+    // The same key on every try: a submit that reached the store before the
+    // connection broke is returned, not created twice.
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        attempt == kSubmitRetries) {
+      break;
+    }
+    sleep_(kSubmitBackoff * (1 << attempt));
+  }
+  if (!status.ok()) return connection_->CallError(status, "submit");
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(response, format_);
+    return absl::OkStatus();
+  }
+  *out_ << response.job_id() << "\n";
+  if (!response.created() && !options.idempotency_key.empty()) {
+    *err_ << "xlctl: job " << response.job_id()
+          << " already existed for idempotency key " << options.idempotency_key
+          << "; nothing new was submitted\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Get(const std::string& job_id) {
+  ASSIGN_OR_RETURN(xl::v1::Job job, GetJob(job_id));
+  if (format_ == OutputFormat::kTable) {
+    *out_ << JobDetails(job, Context());
+  } else {
+    *out_ << RenderMessage(job, format_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Commands::List(const ListOptions& options) {
+  xl::v1::ListJobsRequest request;
+  for (const std::string& name : options.states) {
+    ASSIGN_OR_RETURN(xl::v1::JobState state, ParseJobState(name));
+    request.add_states(state);
+  }
+  if (options.limit < 0) {
+    return UsageError("--limit: must be at least 1 (or 0 for the default)");
+  }
+  request.set_user(options.user);
+  request.set_queue(options.queue);
+  request.set_page_size(options.limit);
+  xl::v1::ListJobsResponse all;
+  while (true) {
+    xl::v1::ListJobsResponse page;
+    auto context = connection_->UnaryContext();
+    grpc::Status status =
+        connection_->jobs().ListJobs(context.get(), request, &page);
+    if (!status.ok()) return connection_->CallError(status, "list jobs");
+    for (auto& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
+    all.set_next_page_token(page.next_page_token());
+    if (!options.all_pages || page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(all, format_);
+    return absl::OkStatus();
+  }
+  *out_ << JobTable(all.jobs(), Context());
+  if (!all.next_page_token().empty()) {
+    *err_ << "xlctl: showing the first " << all.jobs_size()
+          << " jobs; more match: use --all-pages or a larger --limit\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Queue() {
+  xl::v1::GetQueueResponse response;
+  auto context = connection_->UnaryContext();
+  grpc::Status status = connection_->jobs().GetQueue(
+      context.get(), xl::v1::GetQueueRequest(), &response);
+  if (!status.ok()) return connection_->CallError(status, "queue");
+  *out_ << (format_ == OutputFormat::kTable ? QueueTable(response)
+                                            : RenderMessage(response, format_));
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Cancel(const std::string& job_id,
+                              const std::string& reason) {
+  xl::v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  xl::v1::CancelJobResponse response;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->jobs().CancelJob(context.get(), request, &response);
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("cancel job ", job_id),
+                                  kJobHint);
+  }
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(response, format_);
+  } else {
+    *out_ << "job " << response.job().id() << " "
+          << JobStateName(response.job().state()) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Logs(const std::string& job_id,
+                            const LogsOptions& options) {
+  // The job tells how many ranks there are (and NOT_FOUND comes as a clear
+  // error before any stream is opened).
+  ASSIGN_OR_RETURN(xl::v1::Job job, GetJob(job_id));
+  xl::v1::StreamLogsRequest request;
+  request.set_job_id(job_id);
+  request.set_follow(options.follow);
+  if (options.rank) {
+    if (*options.rank < 0 || *options.rank >= WorldSize(job)) {
+      return UsageError(absl::StrCat("--rank: job ", job_id, " has ranks 0 to ",
+                                     WorldSize(job) - 1, "; got ",
+                                     *options.rank));
+    }
+    request.set_rank(*options.rank);
+  } else {
+    request.set_rank(-1);
+    request.set_all_ranks(true);
+  }
+  LogPrinter printer(/*prefix_ranks=*/!options.rank && WorldSize(job) > 1);
+  auto context = connection_->StreamContext();
+  auto reader = connection_->jobs().StreamLogs(context.get(), request);
+  xl::v1::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (format_ == OutputFormat::kTable) {
+      *out_ << printer.Add(chunk);
+    } else {
+      *out_ << RenderStreamItem(chunk, format_);
+    }
+    if (options.follow) out_->flush();
+  }
+  if (format_ == OutputFormat::kTable) *out_ << printer.Flush();
+  out_->flush();
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("logs of job ", job_id),
+                                  kJobHint);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Watch(const std::string& job_id) {
+  xl::v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  auto context = connection_->StreamContext();
+  auto reader = connection_->jobs().WatchJob(context.get(), request);
+  xl::v1::JobEvent event;
+  while (reader->Read(&event)) {
+    if (format_ == OutputFormat::kTable) {
+      *out_ << EventLine(event, Context());
+    } else {
+      *out_ << RenderStreamItem(event, format_);
+    }
+    out_->flush();
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("watch job ", job_id),
+                                  kJobHint);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Commands::FinishWait(const xl::v1::Job& job) {
+  if (format_ == OutputFormat::kTable) {
+    *out_ << "job " << job.id() << " " << JobStateName(job.state()) << "\n";
+  } else {
+    *out_ << RenderMessage(job, format_);
+  }
+  if (job.state() == xl::v1::SUCCEEDED) return absl::OkStatus();
+  std::string text =
+      absl::StrCat("job ", job.id(), " ended ", JobStateName(job.state()));
+  if (job.exit_code() != 0)
+    absl::StrAppend(&text, " (exit code ", job.exit_code(), ")");
+  if (!job.reason().empty()) absl::StrAppend(&text, ": ", job.reason());
+  absl::StrAppend(&text, "; see its events with 'xlctl watch ", job.id(),
+                  "' and its output with 'xlctl logs ", job.id(), "'");
+  return WithExitCode(absl::AbortedError(text), kExitFailed);
+}
+
+absl::Status Commands::Wait(const std::string& job_id,
+                            std::optional<absl::Duration> timeout) {
+  const absl::Time deadline =
+      timeout ? clock_->Now() + *timeout : absl::InfiniteFuture();
+  auto timed_out = [&](const xl::v1::Job& job) {
+    return WithExitCode(
+        absl::DeadlineExceededError(absl::StrCat(
+            "job ", job_id, " is still ", JobStateName(job.state()), " after ",
+            xl::HumanDuration(*timeout),
+            "; wait longer (--timeout) or look at it with 'xlctl get ", job_id,
+            "'")),
+        kExitWaitTimeout);
+  };
+  ASSIGN_OR_RETURN(xl::v1::Job job, GetJob(job_id));
+  int64_t after_seq = 0;
+  bool poll = false;
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  while (!IsFinished(job.state())) {
+    if (clock_->Now() >= deadline) return timed_out(job);
+    grpc::Status status;
+    if (!poll) {
+      // Follow the events; the stream ends after the one that finishes the
+      // job. Then GetJob gives the final state with its reason.
+      xl::v1::WatchJobRequest request;
+      request.set_job_id(job_id);
+      request.set_after_seq(after_seq);
+      auto context = connection_->StreamContext(deadline);
+      auto reader = connection_->jobs().WatchJob(context.get(), request);
+      xl::v1::JobEvent event;
+      while (reader->Read(&event)) after_seq = event.seq();
+      status = reader->Finish();
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) poll = true;
+    } else {
+      sleep_(std::min(kWaitPollInterval, deadline - clock_->Now()));
+    }
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+        clock_->Now() >= deadline) {
+      return timed_out(job);
+    }
+    if (!status.ok() &&
+        status.error_code() != grpc::StatusCode::UNIMPLEMENTED &&
+        status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      return connection_->CallError(status, absl::StrCat("watch job ", job_id),
+                                    kJobHint);
+    }
+    absl::StatusOr<xl::v1::Job> latest = GetJob(job_id);
+    if (latest.ok()) {
+      job = *std::move(latest);
+      unreachable_since = absl::InfiniteFuture();
+      // A watch that ended before the job did (the scheduler is shutting
+      // down, say) is opened again, but not in a tight loop.
+      if (!IsFinished(job.state()) && !poll) {
+        sleep_(std::min(kWaitRetryPause, deadline - clock_->Now()));
+      }
+      continue;
+    }
+    if (latest.status().code() != absl::StatusCode::kUnavailable) {
+      return latest.status();
+    }
+    // The scheduler may be restarting: keep trying for a while.
+    unreachable_since = std::min(unreachable_since, clock_->Now());
+    if (clock_->Now() - unreachable_since > kWaitUnreachableLimit) {
+      return latest.status();
+    }
+    sleep_(kWaitRetryPause);
+  }
+  return FinishWait(job);
+}
+
+absl::Status Commands::Nodes() {
+  xl::v1::ListNodesResponse response;
+  auto context = connection_->UnaryContext();
+  grpc::Status status = connection_->nodes().ListNodes(
+      context.get(), xl::v1::ListNodesRequest(), &response);
+  if (!status.ok()) return connection_->CallError(status, "list nodes");
+  *out_ << (format_ == OutputFormat::kTable ? NodeTable(response.nodes())
+                                            : RenderMessage(response, format_));
+  return absl::OkStatus();
+}
+
+void Commands::PrintNode(const xl::v1::Node& node, const char* verb) {
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(node, format_);
+    return;
+  }
+  *out_ << "node " << node.name() << " " << verb << "; state "
+        << NodeStateName(node.state());
+  if (!node.state_reason().empty()) *out_ << " (" << node.state_reason() << ")";
+  *out_ << "\n";
+}
+
+absl::Status Commands::Node(const std::string& name) {
+  xl::v1::GetNodeRequest request;
+  request.set_name(name);
+  xl::v1::Node node;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->nodes().GetNode(context.get(), request, &node);
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("node ", name),
+                                  kNodeHint);
+  }
+  *out_ << (format_ == OutputFormat::kTable ? NodeDetails(node, Context())
+                                            : RenderMessage(node, format_));
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Drain(const std::string& name,
+                             const std::string& reason) {
+  xl::v1::DrainNodeRequest request;
+  request.set_name(name);
+  request.set_reason(reason);
+  xl::v1::Node node;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->nodes().DrainNode(context.get(), request, &node);
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("drain node ", name),
+                                  kNodeHint);
+  }
+  PrintNode(node, "drained");
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Resume(const std::string& name) {
+  xl::v1::ResumeNodeRequest request;
+  request.set_name(name);
+  xl::v1::Node node;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->nodes().ResumeNode(context.get(), request, &node);
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("resume node ", name),
+                                  kNodeHint);
+  }
+  PrintNode(node, "resumed");
+  return absl::OkStatus();
+}
+
+}  // namespace xl::client

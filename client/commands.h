@@ -1,0 +1,108 @@
+// The xlctl commands: each one makes its calls to xl-scheduler through a
+// SchedulerConnection and prints the result to the given streams in the
+// chosen output format. Every method returns the error to report (whose
+// code maps onto an exit code, see exit_code.h) after printing what it could.
+// Not thread-safe: one Commands per invocation.
+#ifndef XL_CLIENT_COMMANDS_H_
+#define XL_CLIENT_COMMANDS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/connection.h"
+#include "client/job_file.h"
+#include "client/output.h"
+#include "common/clock.h"
+#include "xl/v1/job.pb.h"
+
+namespace xl::client {
+
+struct SubmitOptions {
+  // Empty: no job file; the command comes from overrides.command.
+  std::string job_file;
+  JobOverrides overrides;
+  // Empty: a random key is made for this invocation.
+  std::string idempotency_key;
+};
+
+struct ListOptions {
+  // State names, any case ("running"); empty lists every state.
+  std::vector<std::string> states;
+  std::string user;
+  std::string queue;
+  // Page size; 0 lets the scheduler choose (100).
+  int32_t limit = 0;
+  // Fetch every page, not only the first.
+  bool all_pages = false;
+};
+
+struct LogsOptions {
+  // Only this rank; every rank when unset.
+  std::optional<int32_t> rank;
+  bool follow = false;
+};
+
+// How many times `submit` retries an UNAVAILABLE call (with the same key).
+inline constexpr int kSubmitRetries = 3;
+
+class Commands {
+ public:
+  // `connection`, `out`, `err` and `clock` must outlive this object.
+  Commands(SchedulerConnection* connection, OutputFormat format,
+           std::ostream* out, std::ostream* err,
+           const xl::Clock* clock = xl::RealClock::Get());
+
+  // Replaces the pause between retries and polls (tests pass a no-op).
+  void set_sleep(std::function<void(absl::Duration)> sleep) {
+    sleep_ = std::move(sleep);
+  }
+  // Replaces the zone times are printed in (tests use UTC).
+  void set_zone(absl::TimeZone zone) { zone_ = zone; }
+
+  absl::Status Submit(const SubmitOptions& options);
+  absl::Status Get(const std::string& job_id);
+  absl::Status List(const ListOptions& options);
+  absl::Status Queue();
+  absl::Status Cancel(const std::string& job_id, const std::string& reason);
+  absl::Status Logs(const std::string& job_id, const LogsOptions& options);
+  absl::Status Watch(const std::string& job_id);
+  // OK only when the job ends SUCCEEDED; FAILED or CANCELLED give an error
+  // with exit code 1; running past `timeout` gives exit code 5.
+  absl::Status Wait(const std::string& job_id,
+                    std::optional<absl::Duration> timeout);
+  absl::Status Nodes();
+  absl::Status Node(const std::string& name);
+  absl::Status Drain(const std::string& name, const std::string& reason);
+  absl::Status Resume(const std::string& name);
+
+ private:
+  RenderContext Context() const;
+  absl::StatusOr<xl::v1::Job> GetJob(const std::string& job_id);
+  absl::Status FinishWait(const xl::v1::Job& job);
+  void PrintNode(const xl::v1::Node& node, const char* verb);
+
+  SchedulerConnection* connection_;
+  OutputFormat format_;
+  std::ostream* out_;
+  std::ostream* err_;
+  const xl::Clock* clock_;
+  absl::TimeZone zone_ = absl::LocalTimeZone();
+  std::function<void(absl::Duration)> sleep_;
+};
+
+// Returns a fresh random idempotency key ("xlctl-" and 32 hex digits).
+std::string NewIdempotencyKey();
+
+// Parses a state name, any case. INVALID_ARGUMENT listing the states.
+absl::StatusOr<xl::v1::JobState> ParseJobState(const std::string& name);
+
+}  // namespace xl::client
+
+#endif  // XL_CLIENT_COMMANDS_H_

@@ -1,0 +1,483 @@
+#include "client/output.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/exit_code.h"
+#include "common/duration.h"
+#include "common/proto_text.h"
+
+namespace xl::client {
+namespace {
+
+using google::protobuf::RepeatedField;
+using google::protobuf::RepeatedPtrField;
+
+// REASON is the last column of `xlctl list`; longer reasons end in "...".
+constexpr size_t kListReasonWidth = 48;
+constexpr size_t kListJobsWidth = 32;
+
+// Columns separated by two spaces, each as wide as its widest cell; the last
+// column is not padded so lines carry no trailing blanks.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::string> header) {
+    rows_.push_back(std::move(header));
+  }
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+
+  std::string Render() const {
+    std::vector<size_t> width;
+    for (const auto& row : rows_) {
+      if (row.size() > width.size()) width.resize(row.size(), 0);
+      for (size_t i = 0; i < row.size(); ++i) {
+        width[i] = std::max(width[i], row[i].size());
+      }
+    }
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line;
+      for (size_t i = 0; i < row.size(); ++i) {
+        if (i + 1 == row.size()) {
+          absl::StrAppend(&line, row[i]);
+        } else {
+          absl::StrAppend(&line, row[i],
+                          std::string(width[i] - row[i].size() + 2, ' '));
+        }
+      }
+      absl::StripTrailingAsciiWhitespace(&line);
+      absl::StrAppend(&out, line, "\n");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "Key:  value" lines with the values aligned.
+class KeyValueBlock {
+ public:
+  void Add(std::string key, std::string value) {
+    lines_.emplace_back(std::move(key), std::move(value));
+  }
+  std::string Render() const {
+    size_t width = 0;
+    for (const auto& [key, value] : lines_) width = std::max(width, key.size());
+    std::string out;
+    for (const auto& [key, value] : lines_) {
+      absl::StrAppend(&out, key, ":", std::string(width - key.size() + 2, ' '),
+                      value.empty() ? "-" : value, "\n");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> lines_;
+};
+
+std::string Truncate(const std::string& s, size_t width) {
+  // A reason may span lines; a table row must not.
+  std::string one_line = s;
+  std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+  if (one_line.size() <= width) return one_line;
+  return one_line.substr(0, width - 3) + "...";
+}
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+bool IsSet(const google::protobuf::Timestamp& t) {
+  return t.seconds() != 0 || t.nanos() != 0;
+}
+
+template <typename T>
+std::string JoinInts(const RepeatedField<T>& values) {
+  return OrDash(absl::StrJoin(values, ","));
+}
+
+// Ranks on a node are usually consecutive: print "0-3" rather than "0,1,2,3".
+std::string RankRange(const RepeatedField<int32_t>& ranks) {
+  if (ranks.size() > 2) {
+    bool consecutive = true;
+    for (int i = 1; i < ranks.size(); ++i) {
+      if (ranks[i] != ranks[i - 1] + 1) consecutive = false;
+    }
+    if (consecutive)
+      return absl::StrCat(ranks[0], "-", ranks[ranks.size() - 1]);
+  }
+  return JoinInts(ranks);
+}
+
+int32_t RanksPerNode(const xl::v1::ResourceRequest& r) {
+  if (r.ranks_per_node() > 0) return r.ranks_per_node();
+  return r.gpus_per_node() > 0 ? r.gpus_per_node() : 1;
+}
+
+std::string Gbps(double gbps) { return absl::StrFormat("%g", gbps); }
+
+std::string Labels(
+    const google::protobuf::Map<std::string, std::string>& labels) {
+  std::map<std::string, std::string> sorted(labels.begin(), labels.end());
+  return OrDash(absl::StrJoin(sorted, ",", absl::PairFormatter("=")));
+}
+
+std::string TimeWithAge(const google::protobuf::Timestamp& t,
+                        const RenderContext& context) {
+  if (!IsSet(t)) return "-";
+  return absl::StrCat(FormatTimestamp(t, context), " (",
+                      FormatAge(context.now - xl::FromProto(t)), " ago)");
+}
+
+}  // namespace
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
+  std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "table") return OutputFormat::kTable;
+  if (lower == "json") return OutputFormat::kJson;
+  if (lower == "yaml") return OutputFormat::kYaml;
+  return UsageError(absl::StrCat("-o: unknown output format \"", text,
+                                 "\"; use table, json or yaml"));
+}
+
+std::string RenderMessage(const google::protobuf::Message& message,
+                          OutputFormat format) {
+  if (format == OutputFormat::kYaml) return xl::MessageToYaml(message);
+  return xl::MessageToJson(message, /*pretty=*/true) + "\n";
+}
+
+std::string RenderStreamItem(const google::protobuf::Message& message,
+                             OutputFormat format) {
+  if (format == OutputFormat::kYaml) {
+    return absl::StrCat("---\n", xl::MessageToYaml(message));
+  }
+  return xl::MessageToJson(message, /*pretty=*/false) + "\n";
+}
+
+std::string JobStateName(xl::v1::JobState state) {
+  if (state == xl::v1::JOB_STATE_UNSPECIFIED) return "-";
+  std::string name = xl::v1::JobState_Name(state);
+  return name.empty() ? absl::StrCat(static_cast<int>(state)) : name;
+}
+
+std::string NodeStateName(xl::v1::NodeState state) {
+  if (state == xl::v1::NODE_STATE_UNSPECIFIED) return "-";
+  std::string name = xl::v1::NodeState_Name(state);
+  return name.empty() ? absl::StrCat(static_cast<int>(state)) : name;
+}
+
+std::string FormatTimestamp(const google::protobuf::Timestamp& t,
+                            const RenderContext& context) {
+  if (!IsSet(t)) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", xl::FromProto(t), context.zone);
+}
+
+std::string FormatAge(absl::Duration age) {
+  if (age < absl::ZeroDuration()) age = absl::ZeroDuration();
+  int64_t s = absl::ToInt64Seconds(age);
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < int64_t{2} * 3600) return absl::StrCat(s / 60, "m");
+  if (s < int64_t{48} * 3600) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+std::string ShellJoin(const RepeatedPtrField<std::string>& argv) {
+  std::vector<std::string> words;
+  for (const std::string& arg : argv) {
+    bool plain = !arg.empty() &&
+                 arg.find_first_not_of(
+                     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                     "0123456789_-./=:,+@%") == std::string::npos;
+    if (plain) {
+      words.push_back(arg);
+    } else {
+      std::string quoted = "'";
+      for (char c : arg) {
+        if (c == '\'') {
+          quoted += "'\\''";
+        } else {
+          quoted += c;
+        }
+      }
+      words.push_back(quoted + "'");
+    }
+  }
+  return absl::StrJoin(words, " ");
+}
+
+std::string JobTable(const RepeatedPtrField<xl::v1::Job>& jobs,
+                     const RenderContext& context) {
+  TextTable table({"ID", "NAME", "USER", "QUEUE", "STATE", "NODES", "GPUS",
+                   "ATTEMPT", "AGE", "REASON"});
+  for (const xl::v1::Job& job : jobs) {
+    const auto& r = job.spec().resources();
+    std::string age =
+        IsSet(job.create_time())
+            ? FormatAge(context.now - xl::FromProto(job.create_time()))
+            : "-";
+    table.AddRow(
+        {job.id(), OrDash(job.spec().name()), OrDash(job.user()),
+         OrDash(job.spec().queue()), JobStateName(job.state()),
+         absl::StrCat(r.nodes()),
+         absl::StrCat(static_cast<int64_t>(r.nodes()) * r.gpus_per_node()),
+         absl::StrCat(job.attempt()), age,
+         Truncate(job.reason(), kListReasonWidth)});
+  }
+  return table.Render();
+}
+
+std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
+  const xl::v1::JobSpec& spec = job.spec();
+  const xl::v1::ResourceRequest& r = spec.resources();
+  KeyValueBlock block;
+  block.Add("ID", job.id());
+  block.Add("Name", spec.name());
+  block.Add("User", job.user());
+  block.Add("Queue", spec.queue());
+  block.Add("Priority", absl::StrCat(spec.priority()));
+  block.Add("State", JobStateName(job.state()));
+  block.Add("Attempt", absl::StrCat(job.attempt(), " (max retries ",
+                                    spec.max_retries(), ")"));
+  block.Add("Command", ShellJoin(spec.command()));
+  if (!spec.working_dir().empty()) block.Add("Working dir", spec.working_dir());
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  block.Add("Env", absl::StrJoin(env, " ", absl::PairFormatter("=")));
+  block.Add("Nodes", absl::StrCat(r.nodes()));
+  block.Add("Ranks per node", absl::StrCat(RanksPerNode(r)));
+  block.Add("GPUs per node", absl::StrCat(r.gpus_per_node()));
+  if (r.min_gpu_memory_bytes() > 0) {
+    block.Add("Min GPU memory", xl::HumanBytes(r.min_gpu_memory_bytes()));
+  }
+  if (!r.gpu_models().empty()) {
+    block.Add("GPU models", absl::StrJoin(r.gpu_models(), ", "));
+  }
+  if (r.nvme_bytes_per_node() > 0) {
+    block.Add("NVMe per node", xl::HumanBytes(r.nvme_bytes_per_node()));
+  }
+  if (r.nic_gbps_per_node() > 0) {
+    block.Add("NIC per node", Gbps(r.nic_gbps_per_node()) + " Gbit/s");
+  }
+  if (r.cpus_per_node() > 0) {
+    block.Add("CPUs per node", absl::StrCat(r.cpus_per_node()));
+  }
+  if (r.memory_bytes_per_node() > 0) {
+    block.Add("Memory per node", xl::HumanBytes(r.memory_bytes_per_node()));
+  }
+  if (job.world_size() > 0)
+    block.Add("World size", absl::StrCat(job.world_size()));
+  if (!job.master_addr().empty()) {
+    block.Add("Master",
+              absl::StrCat(job.master_addr(), ":", job.master_port()));
+  }
+  block.Add("Time limit",
+            spec.has_time_limit()
+                ? xl::HumanDuration(xl::FromProto(spec.time_limit()))
+                : "none");
+  block.Add("Created", TimeWithAge(job.create_time(), context));
+  block.Add("Started", TimeWithAge(job.start_time(), context));
+  block.Add("Ended", TimeWithAge(job.end_time(), context));
+  if (job.state() == xl::v1::FAILED || job.exit_code() != 0) {
+    block.Add("Exit code", absl::StrCat(job.exit_code()));
+  }
+  block.Add("Reason", job.reason());
+  std::string out = block.Render();
+  if (job.allocations().empty()) {
+    absl::StrAppend(&out, "Allocations:  -\n");
+    return out;
+  }
+  absl::StrAppend(&out, "Allocations:\n");
+  TextTable table({"  NODE", "GROUP RANK", "GPUS", "RANKS", "ADDRESS", "CPUS",
+                   "MEMORY", "NVME", "NIC GBIT/S"});
+  for (const xl::v1::Allocation& a : job.allocations()) {
+    table.AddRow({absl::StrCat("  ", a.node()), absl::StrCat(a.group_rank()),
+                  JoinInts(a.gpu_indices()), RankRange(a.ranks()),
+                  OrDash(a.address()), absl::StrCat(a.cpus()),
+                  xl::HumanBytes(a.memory_bytes()),
+                  xl::HumanBytes(a.nvme_bytes()), Gbps(a.nic_gbps())});
+  }
+  absl::StrAppend(&out, table.Render());
+  return out;
+}
+
+namespace {
+
+std::string GpuModels(const xl::v1::NodeInventory& inv) {
+  std::vector<std::string> models;
+  for (const xl::v1::Gpu& gpu : inv.gpus()) {
+    if (std::find(models.begin(), models.end(), gpu.model()) == models.end()) {
+      models.push_back(gpu.model());
+    }
+  }
+  return OrDash(absl::StrJoin(models, ","));
+}
+
+uint64_t NvmeFree(const xl::v1::NodeInventory& inv) {
+  uint64_t free = 0;
+  for (const xl::v1::Nvme& nvme : inv.nvme()) free += nvme.free_bytes();
+  return free;
+}
+
+std::string FastestNic(const xl::v1::NodeInventory& inv) {
+  double best = 0;
+  for (const xl::v1::Nic& nic : inv.nics()) best = std::max(best, nic.gbps());
+  return inv.nics().empty() ? "-" : Gbps(best);
+}
+
+}  // namespace
+
+std::string NodeTable(const RepeatedPtrField<xl::v1::Node>& nodes) {
+  TextTable table({"NAME", "STATE", "GPUS", "GPU MODEL", "CPUS", "MEMORY",
+                   "NVME FREE", "NIC GBIT/S", "LABELS", "JOBS"});
+  for (const xl::v1::Node& node : nodes) {
+    const xl::v1::NodeInventory& inv = node.inventory();
+    const xl::v1::NodeUsage& use = node.usage();
+    table.AddRow(
+        {node.name(), NodeStateName(node.state()),
+         absl::StrCat(use.gpus_in_use_size(), "/", inv.gpus_size()),
+         GpuModels(inv), absl::StrCat(use.cpus_in_use(), "/", inv.cpus()),
+         absl::StrCat(xl::HumanBytes(use.memory_bytes_in_use()), "/",
+                      xl::HumanBytes(inv.memory_bytes())),
+         inv.nvme().empty() ? "-" : xl::HumanBytes(NvmeFree(inv)),
+         FastestNic(inv), Labels(inv.labels()),
+         Truncate(OrDash(absl::StrJoin(use.job_ids(), ",")), kListJobsWidth)});
+  }
+  return table.Render();
+}
+
+std::string NodeDetails(const xl::v1::Node& node,
+                        const RenderContext& context) {
+  const xl::v1::NodeInventory& inv = node.inventory();
+  const xl::v1::NodeUsage& use = node.usage();
+  KeyValueBlock block;
+  block.Add("Name", node.name());
+  block.Add("State", NodeStateName(node.state()));
+  block.Add("State reason", node.state_reason());
+  block.Add("Hostname", inv.hostname());
+  block.Add("Address", inv.address());
+  block.Add("Labels", Labels(inv.labels()));
+  block.Add("Agent version", node.agent_version());
+  block.Add("Registered", TimeWithAge(node.register_time(), context));
+  block.Add("Last heartbeat", TimeWithAge(node.last_heartbeat_time(), context));
+  std::string gpus =
+      absl::StrCat(use.gpus_in_use_size(), " of ", inv.gpus_size());
+  if (!use.gpus_in_use().empty()) {
+    absl::StrAppend(&gpus, " (", JoinInts(use.gpus_in_use()), ")");
+  }
+  block.Add("GPUs in use", gpus);
+  block.Add("CPUs in use", absl::StrCat(use.cpus_in_use(), " of ", inv.cpus()));
+  block.Add("Memory in use",
+            absl::StrCat(xl::HumanBytes(use.memory_bytes_in_use()), " of ",
+                         xl::HumanBytes(inv.memory_bytes())));
+  block.Add("NVMe reserved", xl::HumanBytes(use.nvme_bytes_in_use()));
+  block.Add("NIC reserved", Gbps(use.nic_gbps_in_use()) + " Gbit/s");
+  block.Add("Jobs", absl::StrJoin(use.job_ids(), ", "));
+  std::string out = block.Render();
+  if (!inv.gpus().empty()) {
+    absl::StrAppend(&out, "GPUs:\n");
+    TextTable table({"  INDEX", "MODEL", "MEMORY", "CC", "IN USE", "UUID"});
+    for (const xl::v1::Gpu& gpu : inv.gpus()) {
+      bool in_use =
+          std::find(use.gpus_in_use().begin(), use.gpus_in_use().end(),
+                    gpu.index()) != use.gpus_in_use().end();
+      table.AddRow({absl::StrCat("  ", gpu.index()), OrDash(gpu.model()),
+                    xl::HumanBytes(gpu.memory_bytes()),
+                    OrDash(gpu.compute_capability()), in_use ? "yes" : "no",
+                    OrDash(gpu.uuid())});
+    }
+    absl::StrAppend(&out, table.Render());
+  }
+  if (!inv.nvme().empty()) {
+    absl::StrAppend(&out, "NVMe:\n");
+    TextTable table({"  DEVICE", "PATH", "CAPACITY", "FREE"});
+    for (const xl::v1::Nvme& nvme : inv.nvme()) {
+      table.AddRow({absl::StrCat("  ", OrDash(nvme.device())),
+                    OrDash(nvme.path()), xl::HumanBytes(nvme.capacity_bytes()),
+                    xl::HumanBytes(nvme.free_bytes())});
+    }
+    absl::StrAppend(&out, table.Render());
+  }
+  if (!inv.nics().empty()) {
+    absl::StrAppend(&out, "NICs:\n");
+    TextTable table({"  NAME", "KIND", "GBIT/S"});
+    for (const xl::v1::Nic& nic : inv.nics()) {
+      std::string kind = nic.kind() == xl::v1::NIC_KIND_UNSPECIFIED
+                             ? "-"
+                             : xl::v1::NicKind_Name(nic.kind());
+      table.AddRow({absl::StrCat("  ", nic.name()), kind, Gbps(nic.gbps())});
+    }
+    absl::StrAppend(&out, table.Render());
+  }
+  return out;
+}
+
+std::string QueueTable(const xl::v1::GetQueueResponse& queue) {
+  TextTable table({"QUEUE", "PENDING", "RUNNING", "GPUS IN USE",
+                   "GPUS REQUESTED (PENDING)"});
+  int64_t pending = 0, running = 0, in_use = 0, requested = 0;
+  for (const xl::v1::QueueSummary& q : queue.queues()) {
+    table.AddRow({q.queue(), absl::StrCat(q.pending_jobs()),
+                  absl::StrCat(q.running_jobs()), absl::StrCat(q.gpus_in_use()),
+                  absl::StrCat(q.gpus_requested_pending())});
+    pending += q.pending_jobs();
+    running += q.running_jobs();
+    in_use += q.gpus_in_use();
+    requested += q.gpus_requested_pending();
+  }
+  table.AddRow({"TOTAL", absl::StrCat(pending), absl::StrCat(running),
+                absl::StrCat(in_use), absl::StrCat(requested)});
+  return absl::StrCat(
+      table.Render(), "\n",
+      absl::StrFormat("GPUs:   %d in use, %d free, %d in all\n",
+                      queue.gpus_in_use(), queue.gpus_free(),
+                      queue.total_gpus()),
+      absl::StrFormat("Nodes:  %d ready, %d drained, %d lost\n",
+                      queue.nodes_ready(), queue.nodes_drained(),
+                      queue.nodes_lost()));
+}
+
+std::string EventLine(const xl::v1::JobEvent& event,
+                      const RenderContext& context) {
+  std::string line = absl::StrCat(FormatTimestamp(event.time(), context), "  ",
+                                  JobStateName(event.from_state()), " -> ",
+                                  JobStateName(event.to_state()), "  attempt ",
+                                  event.attempt());
+  if (!event.reason().empty()) absl::StrAppend(&line, "  ", event.reason());
+  return line + "\n";
+}
+
+std::string LogPrinter::Add(const xl::v1::LogChunk& chunk) {
+  if (!prefix_ranks_) return chunk.data();
+  std::string& pending =
+      partial_[{chunk.rank(), static_cast<int>(chunk.stream())}];
+  pending += chunk.data();
+  std::string out;
+  const std::string prefix = absl::StrCat("[rank ", chunk.rank(), "] ");
+  size_t start = 0;
+  for (size_t nl = pending.find('\n'); nl != std::string::npos;
+       nl = pending.find('\n', start)) {
+    absl::StrAppend(&out, prefix,
+                    absl::string_view(pending).substr(start, nl + 1 - start));
+    start = nl + 1;
+  }
+  pending.erase(0, start);
+  return out;
+}
+
+std::string LogPrinter::Flush() {
+  std::string out;
+  for (auto& [key, pending] : partial_) {
+    if (pending.empty()) continue;
+    absl::StrAppend(&out, "[rank ", key.first, "] ", pending, "\n");
+    pending.clear();
+  }
+  return out;
+}
+
+}  // namespace xl::client

@@ -1,0 +1,115 @@
+// How xlctl prints API messages: `-o json` is the message in protobuf's JSON
+// mapping, `-o yaml` the same as YAML, `-o table` an aligned human table or a
+// key: value block. Every function returns text and does no I/O, so tests
+// compare strings. Stateless; safe from any thread.
+#ifndef XL_CLIENT_OUTPUT_H_
+#define XL_CLIENT_OUTPUT_H_
+
+#include <google/protobuf/message.h>
+#include <google/protobuf/repeated_ptr_field.h>
+#include <google/protobuf/timestamp.pb.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "xl/v1/job.pb.h"
+#include "xl/v1/node.pb.h"
+#include "xl/v1/scheduler.pb.h"
+
+namespace xl::client {
+
+enum class OutputFormat { kTable, kJson, kYaml };
+
+// "table", "json" or "yaml"; INVALID_ARGUMENT naming -o otherwise.
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
+
+// What a table needs besides the message: the time ages are measured from,
+// and the zone times are printed in.
+struct RenderContext {
+  absl::Time now = absl::Now();
+  absl::TimeZone zone = absl::LocalTimeZone();
+};
+
+// The whole message as pretty JSON or block YAML, ending in a newline.
+// `format` must be kJson or kYaml.
+std::string RenderMessage(const google::protobuf::Message& message,
+                          OutputFormat format);
+
+// One message of a stream: a JSON line (kJson) or a YAML document that opens
+// with "---" (kYaml). `format` must be kJson or kYaml.
+std::string RenderStreamItem(const google::protobuf::Message& message,
+                             OutputFormat format);
+
+// "PENDING", ..., or "-" for JOB_STATE_UNSPECIFIED.
+std::string JobStateName(xl::v1::JobState state);
+// "READY", "DRAINED", "LOST", or "-".
+std::string NodeStateName(xl::v1::NodeState state);
+
+// "2024-05-01 14:05:09" in the context's zone, or "-" when unset.
+std::string FormatTimestamp(const google::protobuf::Timestamp& t,
+                            const RenderContext& context);
+// A coarse age: "45s", "12m", "5h", "3d".
+std::string FormatAge(absl::Duration age);
+
+// The `xlctl list` table: ID, NAME, USER, QUEUE, STATE, NODES, GPUS (in all),
+// ATTEMPT, AGE, REASON (cut to fit).
+std::string JobTable(
+    const google::protobuf::RepeatedPtrField<xl::v1::Job>& jobs,
+    const RenderContext& context);
+
+// The `xlctl get` block: every field as "Key: value", the full reason and a
+// table of allocations (node, GPUs, ranks).
+std::string JobDetails(const xl::v1::Job& job, const RenderContext& context);
+
+// The `xlctl nodes` table: NAME, STATE, GPUS used/total, GPU MODEL, CPUS
+// used/total, MEMORY used/total, NVME FREE, NIC GBIT/S (fastest NIC), LABELS,
+// JOBS.
+std::string NodeTable(
+    const google::protobuf::RepeatedPtrField<xl::v1::Node>& nodes);
+
+// The `xlctl node` block: state, usage, and tables of GPUs, NVMe and NICs.
+std::string NodeDetails(const xl::v1::Node& node, const RenderContext& context);
+
+// The `xlctl queue` table: per queue pending and running jobs, GPUs in use
+// and GPUs asked for by pending jobs, a TOTAL row, then the cluster's GPUs
+// and nodes.
+std::string QueueTable(const xl::v1::GetQueueResponse& queue);
+
+// One `xlctl watch` line: "TIME  FROM -> TO  attempt N  reason", with a
+// newline.
+std::string EventLine(const xl::v1::JobEvent& event,
+                      const RenderContext& context);
+
+// Turns the LogChunks of `xlctl logs` into the bytes it prints. Without
+// prefixes the data passes through unchanged. With prefixes every line starts
+// with "[rank N] ", and a chunk's unfinished last line waits (per rank and
+// stream) for its rest, so lines of different ranks never mix.
+// Not thread-safe; one per stream.
+class LogPrinter {
+ public:
+  explicit LogPrinter(bool prefix_ranks) : prefix_ranks_(prefix_ranks) {}
+
+  // Returns what to print for `chunk` now.
+  std::string Add(const xl::v1::LogChunk& chunk);
+  // Returns the unfinished lines left at the end of the stream, each ended
+  // with a newline when prefixed.
+  std::string Flush();
+
+ private:
+  bool prefix_ranks_;
+  // (rank, stream) -> the unfinished line.
+  std::map<std::pair<int32_t, int>, std::string> partial_;
+};
+
+// The argv as one line a shell would split back the same way.
+std::string ShellJoin(
+    const google::protobuf::RepeatedPtrField<std::string>& argv);
+
+}  // namespace xl::client
+
+#endif  // XL_CLIENT_OUTPUT_H_

@@ -1,0 +1,447 @@
+// Tests of the agent's session against a fake scheduler served by real gRPC
+// on 127.0.0.1, and of the bounded outbox behind it.
+#include "agent/session.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/outbox.h"
+#include "common/duration.h"
+#include "xl/v1/agent.grpc.pb.h"
+
+namespace xl::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(4);
+
+// A scheduler's AgentService that acknowledges registrations, records every
+// message, and lets the test send commands down the current stream.
+class FakeScheduler final : public v1::AgentService::Service {
+ public:
+  using Stream =
+      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>;
+
+  grpc::Status Connect(grpc::ServerContext* context, Stream* stream) override {
+    v1::AgentMessage message;
+    if (!stream->Read(&message)) return grpc::Status::CANCELLED;
+    {
+      absl::MutexLock lock(&mu_);
+      received_.push_back(message);
+    }
+    v1::SchedulerMessage ack;
+    ack.mutable_register_ack()->set_node(message.register_().name());
+    *ack.mutable_register_ack()->mutable_heartbeat_interval() =
+        ToProtoDuration(absl::Milliseconds(50));
+    {
+      absl::MutexLock lock(&mu_);
+      stream->Write(ack);
+      stream_ = stream;
+      context_ = context;
+    }
+    while (stream->Read(&message)) {
+      absl::MutexLock lock(&mu_);
+      received_.push_back(message);
+    }
+    absl::MutexLock lock(&mu_);
+    stream_ = nullptr;
+    context_ = nullptr;
+    return grpc::Status::OK;
+  }
+
+  // Sends a message on the current stream; false when there is none.
+  bool Send(const v1::SchedulerMessage& message) {
+    absl::MutexLock lock(&mu_);
+    return stream_ != nullptr && stream_->Write(message);
+  }
+
+  // Breaks the current stream, as a scheduler restart would.
+  void Break() {
+    absl::MutexLock lock(&mu_);
+    if (context_ != nullptr) context_->TryCancel();
+  }
+
+  template <typename Pred>
+  bool WaitFor(Pred pred, absl::Duration timeout = kWait) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return pred(received_);
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+  }
+
+  std::vector<v1::AgentMessage> received() {
+    absl::MutexLock lock(&mu_);
+    return received_;
+  }
+
+  int Count(v1::AgentMessage::MsgCase c) {
+    absl::MutexLock lock(&mu_);
+    int n = 0;
+    for (const auto& m : received_) n += m.msg_case() == c;
+    return n;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::AgentMessage> received_ ABSL_GUARDED_BY(mu_);
+  Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
+  grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+// A gRPC server around a FakeScheduler; `port` 0 picks a free port.
+class Server {
+ public:
+  explicit Server(FakeScheduler* service, int port = 0) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+                             grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service);
+    server_ = builder.BuildAndStart();
+  }
+  ~Server() { server_->Shutdown(std::chrono::system_clock::now()); }
+  int port() const { return port_; }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+class FakeController : public RankController {
+ public:
+  void StartRanks(const v1::StartRanks& request) override {
+    absl::MutexLock lock(&mu_);
+    starts_.push_back(request);
+  }
+  void StopJob(const v1::StopJob& request) override {
+    absl::MutexLock lock(&mu_);
+    stops_.push_back(request);
+  }
+  std::vector<v1::RankStatus> Snapshot() const override {
+    absl::MutexLock lock(&mu_);
+    return snapshot_;
+  }
+  void SetSnapshot(std::vector<v1::RankStatus> s) {
+    absl::MutexLock lock(&mu_);
+    snapshot_ = std::move(s);
+  }
+  bool WaitCommands(size_t starts, size_t stops) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return starts_.size() >= starts && stops_.size() >= stops;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), kWait);
+  }
+  std::vector<v1::StartRanks> starts() {
+    absl::MutexLock lock(&mu_);
+    return starts_;
+  }
+  std::vector<v1::StopJob> stops() {
+    absl::MutexLock lock(&mu_);
+    return stops_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<v1::StartRanks> starts_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::StopJob> stops_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::RankStatus> snapshot_ ABSL_GUARDED_BY(mu_);
+};
+
+v1::RankStatus Status(const std::string& job, int rank, v1::RankState state) {
+  v1::RankStatus s;
+  s.set_job_id(job);
+  s.set_attempt(1);
+  s.set_rank(rank);
+  s.set_state(state);
+  return s;
+}
+
+v1::LogChunk Chunk(const std::string& job, const std::string& data) {
+  v1::LogChunk c;
+  c.set_job_id(job);
+  c.set_attempt(1);
+  c.set_stream(v1::STDOUT);
+  c.set_data(data);
+  return c;
+}
+
+SessionOptions Options(int port) {
+  SessionOptions options;
+  options.scheduler = absl::StrCat("127.0.0.1:", port);
+  options.name = "node-a";
+  options.inventory.set_hostname("node-a");
+  options.inventory.set_cpus(16);
+  options.agent_version = "test";
+  options.max_backoff = absl::Milliseconds(200);
+  return options;
+}
+
+// Counts messages of one kind among `ms`.
+int CountOf(const std::vector<v1::AgentMessage>& ms,
+            v1::AgentMessage::MsgCase c) {
+  int n = 0;
+  for (const auto& m : ms) n += m.msg_case() == c;
+  return n;
+}
+
+TEST(SessionTest, RegistersWithInventoryAndSnapshotThenHeartbeats) {
+  FakeScheduler scheduler;
+  Server server(&scheduler);
+  FakeController controller;
+  controller.SetSnapshot({Status("j1", 0, v1::RANK_RUNNING)});
+  Session session(Options(server.port()));
+  session.Start(&controller);
+
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kHeartbeat) >= 3;
+  }));
+  std::vector<v1::AgentMessage> ms = scheduler.received();
+  ASSERT_TRUE(ms[0].has_register_());
+  const v1::Register& reg = ms[0].register_();
+  EXPECT_EQ(reg.name(), "node-a");
+  EXPECT_EQ(reg.inventory().hostname(), "node-a");
+  EXPECT_EQ(reg.inventory().cpus(), 16);
+  EXPECT_EQ(reg.agent_version(), "test");
+  ASSERT_EQ(reg.ranks_size(), 1);
+  EXPECT_EQ(reg.ranks(0).job_id(), "j1");
+  EXPECT_TRUE(session.connected());
+  EXPECT_EQ(session.node(), "node-a");
+  EXPECT_EQ(session.registrations(), 1);
+}
+
+TEST(SessionTest, PassesCommandsToTheControllerAndEventsToTheScheduler) {
+  FakeScheduler scheduler;
+  Server server(&scheduler);
+  FakeController controller;
+  Session session(Options(server.port()));
+  session.Start(&controller);
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) { return !ms.empty(); }));
+  // Wait until the stream is ready for the server's writes.
+  absl::Time deadline = absl::Now() + kWait;
+  while (!session.connected() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+
+  v1::SchedulerMessage start;
+  start.mutable_start_ranks()->set_job_id("j2");
+  start.mutable_start_ranks()->add_argv("/bin/true");
+  ASSERT_TRUE(scheduler.Send(start));
+  v1::SchedulerMessage stop;
+  stop.mutable_stop_job()->set_job_id("j2");
+  stop.mutable_stop_job()->set_attempt(1);
+  ASSERT_TRUE(scheduler.Send(stop));
+  ASSERT_TRUE(controller.WaitCommands(1, 1));
+  EXPECT_EQ(controller.starts()[0].job_id(), "j2");
+  EXPECT_EQ(controller.stops()[0].attempt(), 1);
+
+  session.OnRankStatus(Status("j2", 0, v1::RANK_RUNNING));
+  session.OnLogChunk(Chunk("j2", "hello\n"));
+  session.OnRankStatus(Status("j2", 0, v1::RANK_EXITED));
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kRankStatus) >= 2;
+  }));
+  std::vector<std::string> order;
+  for (const auto& m : scheduler.received()) {
+    if (m.has_rank_status()) {
+      order.push_back(v1::RankState_Name(m.rank_status().state()));
+    }
+    if (m.has_log()) order.push_back(m.log().data());
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"RANK_RUNNING", "hello\n",
+                                             "RANK_EXITED"}));
+}
+
+TEST(SessionTest, ReconnectsWithSnapshotAndBufferedLogsAfterSchedulerRestart) {
+  FakeScheduler first;
+  auto server = std::make_unique<Server>(&first);
+  const int port = server->port();
+  FakeController controller;
+  Session session(Options(port));
+  session.Start(&controller);
+  ASSERT_TRUE(first.WaitFor([](const auto& ms) { return !ms.empty(); }));
+
+  // The scheduler goes away; meanwhile a rank ends and writes output.
+  server.reset();
+  controller.SetSnapshot({Status("j3", 0, v1::RANK_EXITED)});
+  session.OnRankStatus(Status("j3", 0, v1::RANK_EXITED));
+  session.OnLogChunk(Chunk("j3", "while away\n"));
+
+  FakeScheduler second;
+  server = std::make_unique<Server>(&second, port);
+  ASSERT_EQ(server->port(), port);
+  ASSERT_TRUE(second.WaitFor(
+      [](const auto& ms) { return CountOf(ms, v1::AgentMessage::kLog) >= 1; }));
+  std::vector<v1::AgentMessage> ms = second.received();
+  ASSERT_TRUE(ms[0].has_register_());
+  ASSERT_EQ(ms[0].register_().ranks_size(), 1);
+  EXPECT_EQ(ms[0].register_().ranks(0).state(), v1::RANK_EXITED);
+  // The snapshot carried the status; it is not sent a second time.
+  EXPECT_EQ(CountOf(ms, v1::AgentMessage::kRankStatus), 0);
+  for (const auto& m : ms) {
+    if (m.has_log()) EXPECT_EQ(m.log().data(), "while away\n");
+  }
+  EXPECT_EQ(session.registrations(), 2);
+}
+
+TEST(SessionTest, ReconnectsAfterTheStreamBreaks) {
+  FakeScheduler scheduler;
+  Server server(&scheduler);
+  FakeController controller;
+  Session session(Options(server.port()));
+  session.Start(&controller);
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) { return !ms.empty(); }));
+  absl::Time deadline = absl::Now() + kWait;
+  while (!session.connected() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  scheduler.Break();
+  EXPECT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kRegister) >= 2;
+  }));
+}
+
+TEST(SessionTest, RetriesUntilTheSchedulerAppears) {
+  int port;
+  {
+    FakeScheduler unused;
+    Server probe(&unused);
+    port = probe.port();
+  }
+  FakeController controller;
+  Session session(Options(port));
+  session.Start(&controller);
+  absl::SleepFor(absl::Milliseconds(300));  // A few failed attempts.
+  EXPECT_FALSE(session.connected());
+  FakeScheduler scheduler;
+  Server server(&scheduler, port);
+  EXPECT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kRegister) >= 1;
+  }));
+}
+
+TEST(SessionTest, ShutdownSendsWhatIsQueued) {
+  FakeScheduler scheduler;
+  Server server(&scheduler);
+  FakeController controller;
+  Session session(Options(server.port()));
+  session.Start(&controller);
+  absl::Time deadline = absl::Now() + kWait;
+  while (!session.connected() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  session.OnRankStatus(Status("j4", 0, v1::RANK_EXITED));
+  session.Shutdown(absl::Seconds(1));
+  EXPECT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kRankStatus) == 1;
+  }));
+}
+
+// The agent's pieces together: the scheduler's StartRanks runs a real rank
+// through the Supervisor; its status and output come back up the stream.
+TEST(SessionTest, RunsARankEndToEnd) {
+  FakeScheduler scheduler;
+  Server server(&scheduler);
+  std::string dir = ::testing::TempDir() + "/xl-session-e2e";
+  Session session(Options(server.port()));
+  SupervisorOptions supervisor_options;
+  supervisor_options.work_dir = dir;
+  supervisor_options.scratch_dir = dir + "/scratch";
+  Supervisor supervisor(supervisor_options, &session);
+  ASSERT_TRUE(supervisor.Start().ok());
+  session.Start(&supervisor);
+  absl::Time deadline = absl::Now() + kWait;
+  while (!session.connected() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  v1::SchedulerMessage start;
+  v1::StartRanks* s = start.mutable_start_ranks();
+  s->set_job_id("e2e");
+  s->set_attempt(1);
+  for (const char* a : {"/bin/sh", "-c", "echo hi from $RANK; exit 4"}) {
+    s->add_argv(a);
+  }
+  v1::RankLaunch* launch = s->add_ranks();
+  launch->set_rank(7);
+  (*launch->mutable_env())["RANK"] = "7";
+  ASSERT_TRUE(scheduler.Send(start));
+
+  auto ended = [](const std::vector<v1::AgentMessage>& ms) {
+    for (const auto& m : ms) {
+      if (m.has_rank_status() && m.rank_status().state() == v1::RANK_EXITED) {
+        return true;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(scheduler.WaitFor(ended));
+  std::vector<std::string> seen;
+  for (const auto& m : scheduler.received()) {
+    if (m.has_rank_status()) {
+      seen.push_back(absl::StrCat(v1::RankState_Name(m.rank_status().state()),
+                                  " rank ", m.rank_status().rank(), " code ",
+                                  m.rank_status().exit_code()));
+    } else if (m.has_log()) {
+      seen.push_back(m.log().data());
+    }
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"RANK_RUNNING rank 7 code 0",
+                                            "hi from 7\n",
+                                            "RANK_EXITED rank 7 code 4"}));
+  EXPECT_TRUE(supervisor.StopAll(absl::Seconds(1)).ok());
+  session.Shutdown();
+}
+
+TEST(OutboxTest, DropsTheOldestLogsPastTheBoundAndSaysSo) {
+  Outbox outbox(10);
+  outbox.PushLog(Chunk("j", "aaaa"));
+  outbox.PushStatus(Status("j", 0, v1::RANK_EXITED));
+  EXPECT_FALSE(outbox.PushLog(Chunk("j", "bbbb")));
+  EXPECT_TRUE(outbox.PushLog(Chunk("j", "cccc")));  // 12 > 10: "aaaa" goes.
+  EXPECT_EQ(outbox.log_bytes(), 8u);
+  EXPECT_EQ(outbox.dropped_bytes_total(), 4u);
+
+  v1::AgentMessage m;
+  ASSERT_TRUE(outbox.Pop(&m));
+  ASSERT_TRUE(m.has_log());
+  EXPECT_THAT(m.log().data(), HasSubstr("4 bytes"));
+  EXPECT_EQ(m.log().job_id(), "j");
+  ASSERT_TRUE(outbox.Pop(&m));
+  EXPECT_TRUE(m.has_rank_status());  // Statuses are never dropped.
+  ASSERT_TRUE(outbox.Pop(&m));
+  EXPECT_EQ(m.log().data(), "bbbb");
+  ASSERT_TRUE(outbox.Pop(&m));
+  EXPECT_EQ(m.log().data(), "cccc");
+  EXPECT_FALSE(outbox.Pop(&m));
+  EXPECT_TRUE(outbox.empty());
+  EXPECT_EQ(outbox.log_bytes(), 0u);
+}
+
+TEST(OutboxTest, DropStatusesKeepsLogsAndPushFrontRequeues) {
+  Outbox outbox(1 << 20);
+  outbox.PushStatus(Status("j", 0, v1::RANK_RUNNING));
+  outbox.PushLog(Chunk("j", "x"));
+  outbox.PushStatus(Status("j", 0, v1::RANK_EXITED));
+  outbox.DropStatuses();
+  v1::AgentMessage m;
+  ASSERT_TRUE(outbox.Pop(&m));
+  EXPECT_EQ(m.log().data(), "x");
+  EXPECT_FALSE(outbox.Pop(&m));
+  v1::AgentMessage back;
+  *back.mutable_log() = Chunk("j", "y");
+  outbox.PushFront(back);
+  EXPECT_EQ(outbox.log_bytes(), 1u);
+  ASSERT_TRUE(outbox.Pop(&m));
+  EXPECT_EQ(m.log().data(), "y");
+}
+
+}  // namespace
+}  // namespace xl::agent

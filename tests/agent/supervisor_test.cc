@@ -1,0 +1,505 @@
+// Tests of the process supervisor with real child processes. /bin/sh -c is
+// used as the ranks' argv here only because argv is arbitrary; the
+// supervisor itself never runs a shell.
+#include "agent/supervisor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/duration.h"
+
+namespace xl::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(4);
+
+// Records every event, in order.
+class RecordingSink : public RankEventSink {
+ public:
+  struct Event {
+    bool is_status;
+    v1::RankStatus status;
+    v1::LogChunk chunk;
+  };
+
+  void OnRankStatus(const v1::RankStatus& status) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back({true, status, {}});
+  }
+  void OnLogChunk(v1::LogChunk chunk) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back({false, {}, std::move(chunk)});
+  }
+
+  // Waits until `pred(events)` holds; false at the deadline.
+  template <typename Pred>
+  bool WaitFor(Pred pred, absl::Duration timeout = kWait) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return pred(events_);
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+  }
+
+  // Waits for the final status (EXITED or FAILED_TO_START) of a rank.
+  v1::RankStatus WaitEnd(const std::string& job, int attempt, int rank) {
+    v1::RankStatus found;
+    bool ok = WaitFor([&](const std::vector<Event>& events) {
+      for (const Event& e : events) {
+        if (e.is_status && e.status.job_id() == job &&
+            e.status.attempt() == attempt && e.status.rank() == rank &&
+            e.status.state() != v1::RANK_RUNNING) {
+          found = e.status;
+          return true;
+        }
+      }
+      return false;
+    });
+    EXPECT_TRUE(ok) << "rank " << job << "/" << attempt << "/" << rank
+                    << " did not end";
+    return found;
+  }
+
+  // The pid of a running rank, once it is running.
+  int WaitRunning(const std::string& job, int attempt, int rank) {
+    int pid = 0;
+    WaitFor([&](const std::vector<Event>& events) {
+      for (const Event& e : events) {
+        if (e.is_status && e.status.job_id() == job &&
+            e.status.attempt() == attempt && e.status.rank() == rank &&
+            e.status.state() == v1::RANK_RUNNING) {
+          pid = e.status.pid();
+          return true;
+        }
+      }
+      return false;
+    });
+    return pid;
+  }
+
+  // Concatenated output of one stream of a rank.
+  std::string Output(const std::string& job, int rank, v1::LogStream stream) {
+    absl::MutexLock lock(&mu_);
+    std::string out;
+    for (const Event& e : events_) {
+      if (!e.is_status && e.chunk.job_id() == job && e.chunk.rank() == rank &&
+          e.chunk.stream() == stream) {
+        out += e.chunk.data();
+      }
+    }
+    return out;
+  }
+
+  bool WaitOutput(const std::string& job, int rank, const std::string& text) {
+    return WaitFor([&](const std::vector<Event>& events) {
+      std::string out;
+      for (const Event& e : events) {
+        if (!e.is_status && e.chunk.job_id() == job && e.chunk.rank() == rank) {
+          out += e.chunk.data();
+        }
+      }
+      return out.find(text) != std::string::npos;
+    });
+  }
+
+  std::vector<Event> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
+};
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "xl-sup-test-XXXXXX")
+            .string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+bool GroupGone(int pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+// Polls until the process group is gone; false at the deadline.
+bool WaitGroupGone(int pgid, absl::Duration timeout = kWait) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (GroupGone(pgid)) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return GroupGone(pgid);
+}
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(supervisor_->Start().ok()); }
+
+  SupervisorOptions Options() {
+    SupervisorOptions options;
+    options.work_dir = dir_.path() + "/work";
+    options.scratch_dir = dir_.path() + "/scratch";
+    return options;
+  }
+
+  static v1::StartRanks Job(const std::string& job, int attempt,
+                            std::vector<std::string> argv,
+                            std::vector<int> ranks = {0}) {
+    v1::StartRanks start;
+    start.set_job_id(job);
+    start.set_attempt(attempt);
+    for (std::string& a : argv) start.add_argv(std::move(a));
+    for (int r : ranks) {
+      v1::RankLaunch* launch = start.add_ranks();
+      launch->set_rank(r);
+      (*launch->mutable_env())["RANK"] = std::to_string(r);
+    }
+    return start;
+  }
+
+  static v1::StartRanks Shell(const std::string& job, const std::string& script,
+                              int attempt = 1) {
+    return Job(job, attempt, {"/bin/sh", "-c", script});
+  }
+
+  static v1::StopJob Stop(const std::string& job, int attempt,
+                          absl::Duration grace) {
+    v1::StopJob stop;
+    stop.set_job_id(job);
+    stop.set_attempt(attempt);
+    *stop.mutable_grace_period() = ToProtoDuration(grace);
+    stop.set_reason("test");
+    return stop;
+  }
+
+  TempDir dir_;
+  RecordingSink sink_;
+  std::unique_ptr<Supervisor> supervisor_ =
+      std::make_unique<Supervisor>(Options(), &sink_);
+};
+
+TEST_F(SupervisorTest, EnvironmentIsExactlyTheGivenOnePlusCheckpointAndPath) {
+  v1::StartRanks start = Job("envjob", 1, {"env"});
+  (*start.mutable_ranks(0)->mutable_env())["FOO"] = "bar baz";
+  (*start.mutable_ranks(0)->mutable_env())["HOME"] = "/home/rank";
+  supervisor_->StartRanks(start);
+  v1::RankStatus end = sink_.WaitEnd("envjob", 1, 0);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(end.exit_code(), 0);
+
+  std::set<std::string> got;
+  for (absl::string_view line : absl::StrSplit(
+           sink_.Output("envjob", 0, v1::STDOUT), '\n', absl::SkipEmpty())) {
+    got.insert(std::string(line));
+  }
+  const std::string checkpoints = dir_.path() + "/scratch/checkpoints/envjob";
+  std::set<std::string> want = {"RANK=0", "FOO=bar baz", "HOME=/home/rank",
+                                "XL_CHECKPOINT_DIR=" + checkpoints};
+  for (const char* name : {"PATH", "LANG", "TMPDIR"}) {
+    if (const char* v = getenv(name)) want.insert(absl::StrCat(name, "=", v));
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(std::filesystem::is_directory(checkpoints));
+}
+
+TEST_F(SupervisorTest, DefaultWorkingDirectoryIsUnderWorkDir) {
+  supervisor_->StartRanks(Job("wd", 2, {"pwd"}));
+  v1::RankStatus end = sink_.WaitEnd("wd", 2, 0);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(sink_.Output("wd", 0, v1::STDOUT),
+            dir_.path() + "/work/jobs/wd/2\n");
+}
+
+TEST_F(SupervisorTest, MissingWorkingDirectoryFailsToStart) {
+  v1::StartRanks start = Job("wd", 1, {"pwd"});
+  start.set_working_dir(dir_.path() + "/does-not-exist");
+  supervisor_->StartRanks(start);
+  v1::RankStatus end = sink_.WaitEnd("wd", 1, 0);
+  EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(), HasSubstr("cannot change to working directory"));
+  EXPECT_THAT(end.message(), HasSubstr("fix working_dir"));
+}
+
+TEST_F(SupervisorTest, ReportsRunningWithPidThenExitCode) {
+  supervisor_->StartRanks(Shell("exit3", "exit 3"));
+  v1::RankStatus end = sink_.WaitEnd("exit3", 1, 0);
+  EXPECT_EQ(end.state(), v1::RANK_EXITED);
+  EXPECT_EQ(end.exit_code(), 3);
+  EXPECT_EQ(end.signal(), 0);
+  std::vector<RecordingSink::Event> events = sink_.events();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0].status.state(), v1::RANK_RUNNING);
+  EXPECT_GT(events[0].status.pid(), 0);
+  EXPECT_EQ(events[0].status.pid(), end.pid());
+}
+
+TEST_F(SupervisorTest, ReportsTheSignalThatEndedARank) {
+  supervisor_->StartRanks(Shell("sig", "kill -USR1 $$"));
+  v1::RankStatus end = sink_.WaitEnd("sig", 1, 0);
+  EXPECT_EQ(end.state(), v1::RANK_EXITED);
+  EXPECT_EQ(end.signal(), SIGUSR1);
+  EXPECT_EQ(end.exit_code(), 128 + SIGUSR1);
+  EXPECT_THAT(end.message(), HasSubstr("signal"));
+}
+
+TEST_F(SupervisorTest, CapturesStdoutAndStderrInOrderBeforeTheExit) {
+  supervisor_->StartRanks(
+      Shell("out",
+            "for i in 1 2 3; do echo out$i; echo err$i >&2; done; "
+            "printf partial"));
+  v1::RankStatus end = sink_.WaitEnd("out", 1, 0);
+  EXPECT_EQ(end.exit_code(), 0);
+  EXPECT_EQ(sink_.Output("out", 0, v1::STDOUT), "out1\nout2\nout3\npartial");
+  EXPECT_EQ(sink_.Output("out", 0, v1::STDERR), "err1\nerr2\nerr3\n");
+  // The exit status is the last event of the rank.
+  std::vector<RecordingSink::Event> events = sink_.events();
+  ASSERT_TRUE(events.back().is_status);
+  EXPECT_EQ(events.back().status.state(), v1::RANK_EXITED);
+  for (const RecordingSink::Event& e : events) {
+    if (e.is_status) continue;
+    EXPECT_EQ(e.chunk.job_id(), "out");
+    EXPECT_EQ(e.chunk.attempt(), 1);
+    EXPECT_TRUE(e.chunk.has_time());
+  }
+}
+
+TEST_F(SupervisorTest, PartialLineIsSentWhileTheRankRuns) {
+  supervisor_->StartRanks(Shell("partial", "printf abc; exec sleep 100"));
+  EXPECT_TRUE(sink_.WaitOutput("partial", 0, "abc"));
+  supervisor_->StopJob(Stop("partial", 1, absl::Seconds(1)));
+  EXPECT_EQ(sink_.WaitEnd("partial", 1, 0).signal(), SIGTERM);
+}
+
+TEST_F(SupervisorTest, LongOutputIsCutIntoChunksOfAtMost64KiB) {
+  supervisor_->StartRanks(
+      Shell("big", "head -c 200000 /dev/zero | tr '\\0' x; echo; echo tail"));
+  sink_.WaitEnd("big", 1, 0);
+  size_t total = 0;
+  for (const RecordingSink::Event& e : sink_.events()) {
+    if (e.is_status) continue;
+    EXPECT_LE(e.chunk.data().size(), 64u * 1024);
+    total += e.chunk.data().size();
+  }
+  EXPECT_EQ(total, 200000u + 1 + 5);
+  EXPECT_EQ(sink_.Output("big", 0, v1::STDOUT).substr(200000), "\ntail\n");
+}
+
+TEST_F(SupervisorTest, ExecveFailureIsFailedToStartWithAClearMessage) {
+  supervisor_->StartRanks(Job("nope", 1, {"/bin/nope", "x"}));
+  v1::RankStatus end = sink_.WaitEnd("nope", 1, 0);
+  EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(),
+              HasSubstr("cannot execute /bin/nope: No such file or directory; "
+                        "fix command[0] in the job spec"));
+}
+
+TEST_F(SupervisorTest, ProgramNotInPathIsFailedToStart) {
+  supervisor_->StartRanks(Job("nope", 1, {"xl-no-such-program"}));
+  v1::RankStatus end = sink_.WaitEnd("nope", 1, 0);
+  EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(),
+              HasSubstr("xl-no-such-program: not found in PATH"));
+}
+
+TEST_F(SupervisorTest, RankIgnoringSigtermIsKilledAfterTheGrace) {
+  supervisor_->StartRanks(
+      Shell("stubborn", "trap '' TERM; echo ready; exec sleep 100"));
+  int pid = sink_.WaitRunning("stubborn", 1, 0);
+  ASSERT_TRUE(sink_.WaitOutput("stubborn", 0, "ready"));
+  const absl::Duration grace = absl::Milliseconds(300);
+  absl::Time stop_time = absl::Now();
+  supervisor_->StopJob(Stop("stubborn", 1, grace));
+  v1::RankStatus end = sink_.WaitEnd("stubborn", 1, 0);
+  EXPECT_EQ(end.signal(), SIGKILL);
+  EXPECT_GE(absl::Now() - stop_time, grace);
+  EXPECT_TRUE(WaitGroupGone(pid));
+}
+
+TEST_F(SupervisorTest, StopLeavesNoBackgroundChildBehind) {
+  supervisor_->StartRanks(Shell("bg", "sleep 100 & echo ready; wait"));
+  int pid = sink_.WaitRunning("bg", 1, 0);
+  ASSERT_TRUE(sink_.WaitOutput("bg", 0, "ready"));
+  ASSERT_FALSE(GroupGone(pid));
+  supervisor_->StopJob(Stop("bg", 1, absl::Seconds(2)));
+  EXPECT_EQ(sink_.WaitEnd("bg", 1, 0).signal(), SIGTERM);
+  EXPECT_TRUE(WaitGroupGone(pid, absl::Seconds(1)));
+}
+
+TEST_F(SupervisorTest, BackgroundChildIgnoringSigtermIsKilledAfterTheGrace) {
+  supervisor_->StartRanks(
+      Shell("bg2", "(trap '' TERM; exec sleep 100) & echo ready; wait"));
+  int pid = sink_.WaitRunning("bg2", 1, 0);
+  ASSERT_TRUE(sink_.WaitOutput("bg2", 0, "ready"));
+  supervisor_->StopJob(Stop("bg2", 1, absl::Milliseconds(300)));
+  // The leader dies of SIGTERM; its child lives until the SIGKILL.
+  EXPECT_EQ(sink_.WaitEnd("bg2", 1, 0).signal(), SIGTERM);
+  EXPECT_TRUE(WaitGroupGone(pid));
+}
+
+TEST_F(SupervisorTest, ChildrenLeftByAnExitedRankAreStopped) {
+  v1::StartRanks start = Shell("left", "sleep 100 & exit 0");
+  *start.mutable_grace_period() = ToProtoDuration(absl::Milliseconds(200));
+  supervisor_->StartRanks(start);
+  v1::RankStatus end = sink_.WaitEnd("left", 1, 0);
+  EXPECT_EQ(end.exit_code(), 0);
+  EXPECT_TRUE(WaitGroupGone(end.pid()));
+}
+
+TEST_F(SupervisorTest, StopJobStopsOlderAttemptsOnly) {
+  supervisor_->StartRanks(Shell("j", "exec sleep 100", 1));
+  supervisor_->StartRanks(Shell("other", "exec sleep 100", 1));
+  sink_.WaitRunning("j", 1, 0);
+  int other = sink_.WaitRunning("other", 1, 0);
+  supervisor_->StopJob(Stop("j", 5, absl::Seconds(1)));
+  EXPECT_EQ(sink_.WaitEnd("j", 1, 0).signal(), SIGTERM);
+  EXPECT_FALSE(GroupGone(other));
+  EXPECT_TRUE(supervisor_->StopAll(absl::Seconds(1)).ok());
+}
+
+TEST_F(SupervisorTest, DuplicateStartRanksIsIgnored) {
+  v1::StartRanks start = Shell("dup", "exec sleep 100");
+  supervisor_->StartRanks(start);
+  int pid = sink_.WaitRunning("dup", 1, 0);
+  supervisor_->StartRanks(start);
+  // The replay is answered with the same status.
+  ASSERT_TRUE(sink_.WaitFor([](const std::vector<RecordingSink::Event>& ev) {
+    return ev.size() >= 2;
+  }));
+  for (const RecordingSink::Event& e : sink_.events()) {
+    ASSERT_TRUE(e.is_status);
+    EXPECT_EQ(e.status.state(), v1::RANK_RUNNING);
+    EXPECT_EQ(e.status.pid(), pid);
+  }
+  EXPECT_EQ(supervisor_->Snapshot().size(), 1u);
+  EXPECT_TRUE(supervisor_->StopAll(absl::Seconds(1)).ok());
+}
+
+TEST_F(SupervisorTest, NewAttemptKillsTheOldOneFirst) {
+  supervisor_->StartRanks(Shell("re", "trap '' TERM; exec sleep 100", 1));
+  int old_pid = sink_.WaitRunning("re", 1, 0);
+  supervisor_->StartRanks(Shell("re", "exec sleep 100", 2));
+  int new_pid = sink_.WaitRunning("re", 2, 0);
+  EXPECT_NE(new_pid, old_pid);
+  EXPECT_TRUE(GroupGone(old_pid));
+  // The old attempt's end is reported before the new attempt starts.
+  std::vector<RecordingSink::Event> events = sink_.events();
+  int old_end = -1, new_start = -1;
+  for (int i = 0; i < static_cast<int>(events.size()); ++i) {
+    const v1::RankStatus& s = events[i].status;
+    if (s.attempt() == 1 && s.state() == v1::RANK_EXITED) old_end = i;
+    if (s.attempt() == 2 && s.state() == v1::RANK_RUNNING) new_start = i;
+  }
+  ASSERT_GE(old_end, 0);
+  EXPECT_LT(old_end, new_start);
+  EXPECT_EQ(events[old_end].status.signal(), SIGKILL);
+  // A stale assignment of the old attempt is refused.
+  supervisor_->StartRanks(Shell("re", "exec sleep 100", 1));
+  EXPECT_TRUE(sink_.WaitFor([](const std::vector<RecordingSink::Event>& ev) {
+    return ev.back().is_status &&
+           ev.back().status.state() == v1::RANK_FAILED_TO_START;
+  }));
+  EXPECT_TRUE(supervisor_->StopAll(absl::Seconds(1)).ok());
+}
+
+TEST_F(SupervisorTest, StopAllLeavesNothingAndRefusesNewRanks) {
+  v1::StartRanks start =
+      Job("all", 1, {"/bin/sh", "-c", "sleep 100 & sleep 100 & wait"}, {0, 1});
+  supervisor_->StartRanks(start);
+  int pid0 = sink_.WaitRunning("all", 1, 0);
+  int pid1 = sink_.WaitRunning("all", 1, 1);
+  ASSERT_TRUE(supervisor_->StopAll(absl::Seconds(1)).ok());
+  EXPECT_TRUE(GroupGone(pid0));
+  EXPECT_TRUE(GroupGone(pid1));
+  supervisor_->StartRanks(Shell("late", "exit 0"));
+  v1::RankStatus end = sink_.WaitEnd("late", 1, 0);
+  EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(), HasSubstr("shutting down"));
+}
+
+TEST_F(SupervisorTest, SnapshotHasRunningAndExitedRanks) {
+  supervisor_->StartRanks(Shell("a", "exit 0"));
+  sink_.WaitEnd("a", 1, 0);
+  supervisor_->StartRanks(Shell("b", "exec sleep 100"));
+  sink_.WaitRunning("b", 1, 0);
+  std::vector<v1::RankStatus> snapshot = supervisor_->Snapshot();
+  ASSERT_EQ(snapshot.size(), 2u);
+  EXPECT_EQ(snapshot[0].job_id(), "a");
+  EXPECT_EQ(snapshot[0].state(), v1::RANK_EXITED);
+  EXPECT_EQ(snapshot[1].job_id(), "b");
+  EXPECT_EQ(snapshot[1].state(), v1::RANK_RUNNING);
+  EXPECT_TRUE(supervisor_->StopAll(absl::Seconds(1)).ok());
+}
+
+TEST_F(SupervisorTest, DestructorKillsEverything) {
+  supervisor_->StartRanks(Shell("d", "trap '' TERM; sleep 100 & wait"));
+  int pid = sink_.WaitRunning("d", 1, 0);
+  supervisor_.reset();
+  EXPECT_TRUE(WaitGroupGone(pid));
+}
+
+TEST(SupervisorRetentionTest, ExitedRanksArePrunedAfterTheRetention) {
+  TempDir dir;
+  FakeClock clock;
+  RecordingSink sink;
+  SupervisorOptions options;
+  options.work_dir = dir.path();
+  options.scratch_dir = dir.path();
+  options.clock = &clock;
+  Supervisor supervisor(options, &sink);
+  ASSERT_TRUE(supervisor.Start().ok());
+  v1::StartRanks start;
+  start.set_job_id("old");
+  start.set_attempt(1);
+  start.add_argv("true");
+  start.add_ranks()->set_rank(0);
+  supervisor.StartRanks(start);
+  sink.WaitEnd("old", 1, 0);
+  EXPECT_EQ(supervisor.Snapshot().size(), 1u);
+  clock.Advance(absl::Minutes(59));
+  supervisor.StopJob(v1::StopJob());  // Any command wakes the loop.
+  EXPECT_EQ(supervisor.Snapshot().size(), 1u);
+  clock.Advance(absl::Minutes(2));
+  supervisor.StopJob(v1::StopJob());
+  absl::Time deadline = absl::Now() + kWait;
+  while (!supervisor.Snapshot().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(supervisor.Snapshot().empty());
+}
+
+TEST(SupervisorSingletonTest, OnlyOneSupervisorRunsAtATime) {
+  RecordingSink sink;
+  Supervisor first(SupervisorOptions(), &sink);
+  ASSERT_TRUE(first.Start().ok());
+  Supervisor second(SupervisorOptions(), &sink);
+  EXPECT_EQ(second.Start().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace xl::agent

@@ -1,0 +1,314 @@
+// Benchmark driver: durable submits per second and their latency against a
+// real xl-scheduler process (SQLite WAL, synchronous=FULL), side by side in
+// one run with (a) a bare unary RPC on the same server (the gRPC health
+// check) and (b) raw SQLite inserts at the same durability, one transaction
+// each. Then the time from SubmitJob to every rank running, for a 2-node job
+// on two real agents on loopback. Prints one comparison table.
+//
+//   submit_bench --build-dir BUILD [--seconds 3]
+#include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xl/v1/scheduler.grpc.pb.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+struct Result {
+  double per_second = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+  long count = 0;
+};
+
+Result Summarize(std::vector<double> lat, double seconds) {
+  Result r;
+  r.count = static_cast<long>(lat.size());
+  r.per_second = lat.size() / seconds;
+  if (lat.empty()) return r;
+  std::sort(lat.begin(), lat.end());
+  r.p50_ms = lat[lat.size() / 2];
+  r.p99_ms = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  return r;
+}
+
+pid_t Spawn(std::vector<std::string> args, const std::string& log) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) {
+    fprintf(stderr, "submit_bench: cannot start %s\n", argv[0]);
+    exit(1);
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+void Stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 200; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    usleep(50000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+int WaitPort(const std::string& file) {
+  for (int i = 0; i < 400; ++i) {
+    std::ifstream in(file);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    usleep(25000);
+  }
+  fprintf(stderr, "submit_bench: the scheduler did not start\n");
+  exit(1);
+}
+
+// Runs `concurrency` calls in flight for `seconds` with the callback API;
+// `call` starts one call and runs `done` when it completes.
+template <typename StartCall>
+Result ClosedLoop(int concurrency, double seconds, StartCall call) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<double> lat;
+  lat.reserve(1 << 20);
+  std::atomic<bool> stop{false};
+  int in_flight = 0;
+  long errors = 0;
+  std::function<void()> issue;
+  issue = [&]() {
+    auto start = Clock::now();
+    call([&, start](bool ok) {
+      double ms = Ms(Clock::now() - start);
+      std::lock_guard<std::mutex> lock(mu);
+      if (ok) lat.push_back(ms); else ++errors;
+      if (!stop.load()) {
+        issue();
+      } else if (--in_flight == 0) {
+        cv.notify_all();
+      }
+    });
+  };
+  auto t0 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    in_flight = concurrency;
+  }
+  for (int i = 0; i < concurrency; ++i) issue();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_for(lock, std::chrono::seconds(30), [&] { return in_flight == 0; });
+  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (errors > 0) fprintf(stderr, "submit_bench: %ld failed calls\n", errors);
+  return Summarize(lat, elapsed);
+}
+
+Result RawSqlite(const std::string& path, double seconds) {
+  sqlite3* db = nullptr;
+  sqlite3_open(path.c_str(), &db);
+  sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)", nullptr, nullptr, nullptr);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "INSERT INTO t(v) VALUES (?)", -1, &st, nullptr);
+  std::string blob(300, 'x');
+  std::vector<double> lat;
+  auto t0 = Clock::now();
+  while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds) {
+    auto s = Clock::now();
+    sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
+    sqlite3_bind_blob(st, 1, blob.data(), blob.size(), SQLITE_STATIC);
+    sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+    lat.push_back(Ms(Clock::now() - s));
+  }
+  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return Summarize(lat, elapsed);
+}
+
+xl::v1::SubmitJobRequest SubmitRequest(int nodes, long n) {
+  xl::v1::SubmitJobRequest req;
+  auto* spec = req.mutable_spec();
+  spec->set_name("bench");
+  spec->add_command("/bin/true");
+  spec->mutable_resources()->set_nodes(nodes);
+  req.set_idempotency_key("bench-" + std::to_string(getpid()) + "-" + std::to_string(n));
+  return req;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string build = "build";
+  double seconds = 3;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      printf("usage: submit_bench --build-dir BUILD [--seconds S]\n"
+             "Starts xl-scheduler (and two xl-agent) from BUILD on loopback and prints\n"
+             "durable submit throughput and latency beside a bare unary RPC and raw\n"
+             "SQLite inserts, then submit-to-running latency of a 2-node job.\n");
+      return 0;
+    }
+    if (a == "--build-dir" && i + 1 < argc) build = argv[++i];
+    else if (a == "--seconds" && i + 1 < argc) seconds = atof(argv[++i]);
+    else {
+      fprintf(stderr, "submit_bench: unknown argument %s; see --help\n", a.c_str());
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  std::string dir = std::filesystem::temp_directory_path() / ("xl-bench-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string scheduler = build + "/server/xl-scheduler";
+  const std::string agent = build + "/agent/xl-agent";
+
+  // --- throughput: scheduler with no agents (jobs stay PENDING) -------------
+  pid_t sched = Spawn({scheduler, "--listen", "127.0.0.1:0", "--db", dir + "/a.db",
+                       "--port-file", dir + "/port-a"},
+                      dir + "/scheduler-a.log");
+  int port = WaitPort(dir + "/port-a");
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = xl::v1::JobService::NewStub(channel);
+  grpc::GenericStub generic(channel);
+
+  struct Row {
+    std::string what;
+    int concurrency;
+    Result r;
+  };
+  std::vector<Row> rows;
+  std::atomic<long> seq{0};
+  for (int c : {1, 16, 64}) {
+    Result ping = ClosedLoop(c, seconds, [&](std::function<void(bool)> done) {
+      auto* ctx = new grpc::ClientContext();
+      auto* req = new grpc::ByteBuffer();  // empty HealthCheckRequest
+      auto* resp = new grpc::ByteBuffer();
+      generic.UnaryCall(ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), req, resp,
+                        [=](grpc::Status s) {
+                          delete ctx; delete req; delete resp;
+                          done(s.ok());
+                        });
+    });
+    rows.push_back({"bare unary ping (health check)", c, ping});
+    Result submit = ClosedLoop(c, seconds, [&](std::function<void(bool)> done) {
+      auto* ctx = new grpc::ClientContext();
+      ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      auto* req = new xl::v1::SubmitJobRequest(SubmitRequest(1, seq++));
+      auto* resp = new xl::v1::SubmitJobResponse();
+      stub->async()->SubmitJob(ctx, req, resp, [=](grpc::Status s) {
+        delete ctx; delete req; delete resp;
+        done(s.ok());
+      });
+    });
+    rows.push_back({"xl SubmitJob (durable)", c, submit});
+  }
+  Stop(sched);
+  Result raw = RawSqlite(dir + "/raw.db", seconds);
+  rows.push_back({"raw SQLite insert, 1 txn each", 1, raw});
+
+  printf("\n%-34s %5s %12s %10s %10s\n", "operation", "conc", "ops/s", "p50 ms", "p99 ms");
+  for (const auto& row : rows) {
+    printf("%-34s %5d %12.0f %10.2f %10.2f\n", row.what.c_str(), row.concurrency,
+           row.r.per_second, row.r.p50_ms, row.r.p99_ms);
+  }
+  double ping64 = rows[4].r.per_second, sub64 = rows[5].r.per_second;
+  printf("\nsubmits/s at concurrency 64: %.0f (goal >= 10000: %s); %.0f%% of the bare ping "
+         "rate (goal >= 40%%: %s); %.1fx raw one-transaction SQLite inserts\n",
+         sub64, sub64 >= 10000 ? "met" : "NOT met", 100 * sub64 / ping64,
+         sub64 >= 0.4 * ping64 ? "met" : "NOT met", sub64 / std::max(1.0, raw.per_second));
+
+  // --- submit to all ranks running: 2 agents, 2-node jobs -------------------
+  sched = Spawn({scheduler, "--listen", "127.0.0.1:0", "--db", dir + "/b.db", "--port-file",
+                 dir + "/port-b", "--heartbeat-interval", "0.5"},
+                dir + "/scheduler-b.log");
+  port = WaitPort(dir + "/port-b");
+  std::string addr = "127.0.0.1:" + std::to_string(port);
+  std::vector<pid_t> agents;
+  for (int i = 0; i < 2; ++i) {
+    std::string name = "bench-" + std::to_string(i);
+    std::string inv = dir + "/" + name + ".yaml";
+    std::ofstream(inv) << "hostname: " << name << "\ncpus: 8\nmemory_bytes: 17179869184\n";
+    std::filesystem::create_directories(dir + "/" + name);
+    agents.push_back(Spawn({agent, "--scheduler", addr, "--work-dir", dir + "/" + name,
+                            "--inventory", inv, "--name", name},
+                           dir + "/" + name + ".log"));
+  }
+  auto stub2 = xl::v1::JobService::NewStub(
+      grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  auto nodes = xl::v1::NodeService::NewStub(
+      grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    xl::v1::ListNodesResponse resp;
+    if (nodes->ListNodes(&ctx, {}, &resp).ok() && resp.nodes_size() == 2) break;
+    usleep(50000);
+  }
+  std::vector<double> start_lat;
+  for (int i = 0; i < 30; ++i) {
+    auto t0 = Clock::now();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    xl::v1::SubmitJobResponse resp;
+    if (!stub2->SubmitJob(&ctx, SubmitRequest(2, 1000000 + i), &resp).ok()) continue;
+    grpc::ClientContext wctx;
+    wctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    xl::v1::WatchJobRequest wreq;
+    wreq.set_job_id(resp.job_id());
+    auto reader = stub2->WatchJob(&wctx, wreq);
+    xl::v1::JobEvent e;
+    bool running = false;
+    while (reader->Read(&e)) {
+      if (e.to_state() == xl::v1::RUNNING && !running) {
+        running = true;
+        start_lat.push_back(Ms(Clock::now() - t0));
+      }
+    }
+    reader->Finish();
+  }
+  for (pid_t a : agents) Stop(a);
+  Stop(sched);
+  Result start = Summarize(start_lat, 1);
+  printf("\n%-44s %6s %10s %10s\n", "2-node job, SubmitJob -> all ranks running", "runs", "p50 ms", "p99 ms");
+  printf("%-44s %6ld %10.1f %10.1f\n", "xl on loopback (2 real agents)", start.count, start.p50_ms,
+         start.p99_ms);
+  printf("goal p50 < 100 ms: %s (Kubernetes pod start SLO: 5000 ms)\n",
+         start.count > 0 && start.p50_ms < 100 ? "met" : "NOT met");
+  std::filesystem::remove_all(dir);
+  return 0;
+}

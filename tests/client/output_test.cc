@@ -1,0 +1,377 @@
+// Tests of xlctl's output: tables and key: value blocks for people, and JSON
+// and YAML that parse back into the same API message.
+#include "client/output.h"
+
+#include <gmock/gmock.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "common/duration.h"
+#include "common/proto_text.h"
+
+namespace xl::client {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+const absl::Time kNow = absl::FromUnixSeconds(1700000000);
+
+RenderContext Utc() {
+  RenderContext context;
+  context.now = kNow;
+  context.zone = absl::UTCTimeZone();
+  return context;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+v1::Job RunningJob() {
+  v1::Job job;
+  job.set_id("42");
+  job.set_user("alice");
+  job.set_state(v1::RUNNING);
+  job.set_attempt(2);
+  job.set_world_size(4);
+  job.set_master_addr("10.0.0.1");
+  job.set_master_port(29500);
+  job.set_idempotency_key("xlctl-abc");
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->set_name("ddp-demo");
+  spec->set_queue("research");
+  spec->set_priority(3);
+  spec->set_max_retries(1);
+  for (const char* arg : {"/usr/bin/python3", "train.py", "--steps", "50"}) {
+    spec->add_command(arg);
+  }
+  (*spec->mutable_env())["PYTHONUNBUFFERED"] = "1";
+  spec->mutable_resources()->set_nodes(2);
+  spec->mutable_resources()->set_ranks_per_node(2);
+  spec->mutable_resources()->set_gpus_per_node(2);
+  spec->mutable_resources()->set_min_gpu_memory_bytes(80ull << 30);
+  *spec->mutable_time_limit() = xl::ToProtoDuration(absl::Minutes(10));
+  *job.mutable_create_time() = xl::ToProtoTime(kNow - absl::Minutes(5));
+  *job.mutable_start_time() = xl::ToProtoTime(kNow - absl::Minutes(3));
+  job.set_reason(
+      "requeued after node-2 was lost; resumed from the checkpoint of step "
+      "1200 written to the node's NVMe scratch");
+  for (int n = 0; n < 2; ++n) {
+    v1::Allocation* a = job.add_allocations();
+    a->set_node(absl::StrCat("node-", n + 1));
+    a->set_group_rank(n);
+    a->add_gpu_indices(0);
+    a->add_gpu_indices(1);
+    a->add_ranks(2 * n);
+    a->add_ranks(2 * n + 1);
+    a->set_address(absl::StrCat("10.0.0.", n + 1));
+    a->set_memory_bytes(64ull << 30);
+  }
+  return job;
+}
+
+v1::Node GpuNode(const std::string& name) {
+  v1::Node node;
+  node.set_name(name);
+  node.set_state(v1::READY);
+  node.set_agent_version("0.1.0");
+  v1::NodeInventory* inv = node.mutable_inventory();
+  inv->set_hostname(name);
+  inv->set_address("10.0.0.1");
+  (*inv->mutable_labels())["zone"] = "a";
+  (*inv->mutable_labels())["rack"] = "r1";
+  inv->set_cpus(64);
+  inv->set_memory_bytes(512ull << 30);
+  for (int i = 0; i < 8; ++i) {
+    v1::Gpu* gpu = inv->add_gpus();
+    gpu->set_index(i);
+    gpu->set_model("NVIDIA H100 80GB HBM3");
+    gpu->set_memory_bytes(80ull << 30);
+    gpu->set_compute_capability("9.0");
+  }
+  v1::Nvme* nvme = inv->add_nvme();
+  nvme->set_device("nvme0n1");
+  nvme->set_path("/scratch");
+  nvme->set_capacity_bytes(4ull << 40);
+  nvme->set_free_bytes(3ull << 40);
+  v1::Nic* eth = inv->add_nics();
+  eth->set_name("eth0");
+  eth->set_kind(v1::ETHERNET);
+  eth->set_gbps(25);
+  v1::Nic* ib = inv->add_nics();
+  ib->set_name("ib0");
+  ib->set_kind(v1::INFINIBAND);
+  ib->set_gbps(400);
+  node.mutable_usage()->add_gpus_in_use(0);
+  node.mutable_usage()->add_gpus_in_use(1);
+  node.mutable_usage()->set_cpus_in_use(16);
+  node.mutable_usage()->set_memory_bytes_in_use(64ull << 30);
+  node.mutable_usage()->add_job_ids("42");
+  *node.mutable_last_heartbeat_time() =
+      xl::ToProtoTime(kNow - absl::Seconds(3));
+  return node;
+}
+
+TEST(OutputTest, ParseOutputFormat) {
+  EXPECT_EQ(*ParseOutputFormat("table"), OutputFormat::kTable);
+  EXPECT_EQ(*ParseOutputFormat("JSON"), OutputFormat::kJson);
+  EXPECT_EQ(*ParseOutputFormat("yaml"), OutputFormat::kYaml);
+  EXPECT_EQ(ParseOutputFormat("xml").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OutputTest, JobTableHasTheColumnsAligned) {
+  v1::ListJobsResponse list;
+  *list.add_jobs() = RunningJob();
+  v1::Job pending;
+  pending.set_id("43");
+  pending.set_state(v1::PENDING);
+  pending.set_user("bob");
+  pending.set_attempt(1);
+  pending.mutable_spec()->set_queue("default");
+  pending.mutable_spec()->mutable_resources()->set_nodes(4);
+  pending.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
+  *pending.mutable_create_time() = xl::ToProtoTime(kNow - absl::Hours(50));
+  pending.set_reason("needs 4 nodes with 8 GPUs; 3 are free");
+  *list.add_jobs() = pending;
+
+  std::string table = JobTable(list.jobs(), Utc());
+  std::vector<std::string> lines = Lines(table);
+  ASSERT_EQ(lines.size(), 3u) << table;
+  EXPECT_THAT(lines[0], StartsWith("ID  NAME      USER   QUEUE     STATE    "
+                                   "NODES  GPUS  ATTEMPT  AGE  REASON"));
+  EXPECT_THAT(lines[1],
+              StartsWith("42  ddp-demo  alice  research  RUNNING  "
+                         "2      4     2        5m   requeued after"));
+  EXPECT_THAT(lines[2], StartsWith("43  -         bob    default   PENDING  "
+                                   "4      32    1        2d   needs 4 nodes"));
+  // The long reason is cut; the short one is whole.
+  EXPECT_THAT(lines[1], HasSubstr("..."));
+  EXPECT_THAT(lines[1], Not(HasSubstr("NVMe scratch")));
+  EXPECT_THAT(lines[2], HasSubstr("needs 4 nodes with 8 GPUs; 3 are free"));
+  // Every column starts at the same place on every line.
+  EXPECT_EQ(lines[0].find("STATE"), lines[1].find("RUNNING"));
+  EXPECT_EQ(lines[0].find("REASON"), lines[2].find("needs"));
+}
+
+TEST(OutputTest, EmptyJobTableIsTheHeader) {
+  v1::ListJobsResponse empty;
+  EXPECT_EQ(Lines(JobTable(empty.jobs(), Utc())).size(), 1u);
+}
+
+TEST(OutputTest, JobDetailsShowEveryFieldAndTheFullReason) {
+  std::string text = JobDetails(RunningJob(), Utc());
+  for (const char* want :
+       {"ID:", "42", "ddp-demo", "alice", "research", "RUNNING",
+        "2 (max retries 1)", "/usr/bin/python3 train.py --steps 50",
+        "PYTHONUNBUFFERED=1", "80 GiB", "10.0.0.1:29500", "10m0s",
+        "2023-11-14 22:08:20 (5m ago)", "written to the node's NVMe scratch",
+        "NODE", "GPUS", "RANKS", "node-1", "node-2"}) {
+    EXPECT_THAT(text, HasSubstr(want)) << text;
+  }
+  // Allocations: node, GPUs, ranks on one line.
+  std::vector<std::string> lines = Lines(text);
+  bool found = false;
+  for (const std::string& line : lines) {
+    if (line.rfind("  node-2", 0) == 0) {
+      EXPECT_THAT(line, HasSubstr("0,1"));
+      EXPECT_THAT(line, HasSubstr("2,3"));
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found) << text;
+  // Values are aligned.
+  EXPECT_EQ(lines[0].find("42"), lines[1].find("ddp-demo")) << text;
+}
+
+TEST(OutputTest, ShellJoinQuotesWhatNeedsIt) {
+  v1::JobSpec spec;
+  for (const char* arg : {"python3", "-c", "print('hi there')", ""}) {
+    spec.add_command(arg);
+  }
+  EXPECT_EQ(ShellJoin(spec.command()),
+            R"(python3 -c 'print('\''hi there'\'')' '')");
+}
+
+TEST(OutputTest, JobJsonRoundTrips) {
+  v1::Job job = RunningJob();
+  std::string json = RenderMessage(job, OutputFormat::kJson);
+  EXPECT_THAT(json, HasSubstr("\"state\": \"RUNNING\""));
+  EXPECT_THAT(json, HasSubstr("\"ranks_per_node\": 2"));
+  v1::Job back;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &back).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(job, back)) << back.DebugString();
+}
+
+TEST(OutputTest, JobYamlRoundTrips) {
+  v1::Job job = RunningJob();
+  std::string yaml = RenderMessage(job, OutputFormat::kYaml);
+  EXPECT_THAT(yaml, HasSubstr("state: RUNNING"));
+  v1::Job back;
+  absl::Status status = xl::ParseYamlToMessage(yaml, "output", &back);
+  ASSERT_TRUE(status.ok()) << status << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(job, back)) << back.DebugString();
+}
+
+TEST(OutputTest, NodesJsonAndYamlRoundTrip) {
+  v1::ListNodesResponse nodes;
+  *nodes.add_nodes() = GpuNode("node-1");
+  *nodes.add_nodes() = GpuNode("node-2");
+  v1::ListNodesResponse from_json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  RenderMessage(nodes, OutputFormat::kJson), &from_json)
+                  .ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(nodes, from_json));
+  v1::ListNodesResponse from_yaml;
+  ASSERT_TRUE(xl::ParseYamlToMessage(RenderMessage(nodes, OutputFormat::kYaml),
+                                     "output", &from_yaml)
+                  .ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(nodes, from_yaml));
+}
+
+TEST(OutputTest, NodeTable) {
+  v1::ListNodesResponse nodes;
+  *nodes.add_nodes() = GpuNode("node-1");
+  v1::Node lost;
+  lost.set_name("cpu-9");
+  lost.set_state(v1::LOST);
+  lost.mutable_inventory()->set_cpus(8);
+  lost.mutable_inventory()->set_memory_bytes(16ull << 30);
+  *nodes.add_nodes() = lost;
+  std::string table = NodeTable(nodes.nodes());
+  std::vector<std::string> lines = Lines(table);
+  ASSERT_EQ(lines.size(), 3u) << table;
+  EXPECT_THAT(lines[0], StartsWith("NAME    STATE  GPUS  GPU MODEL"));
+  for (const char* col :
+       {"CPUS", "MEMORY", "NVME FREE", "NIC GBIT/S", "LABELS", "JOBS"}) {
+    EXPECT_THAT(lines[0], HasSubstr(col));
+  }
+  EXPECT_THAT(lines[1],
+              StartsWith("node-1  READY  2/8   NVIDIA H100 80GB HBM3"));
+  for (const char* cell :
+       {"16/64", "64 GiB/512 GiB", "3 TiB", "400", "rack=r1,zone=a", "42"}) {
+    EXPECT_THAT(lines[1], HasSubstr(cell)) << table;
+  }
+  EXPECT_THAT(lines[2], StartsWith("cpu-9   LOST   0/0   -"));
+  EXPECT_EQ(lines[0].find("LABELS"), lines[1].find("rack=r1"));
+}
+
+TEST(OutputTest, NodeDetails) {
+  std::string text = NodeDetails(GpuNode("node-1"), Utc());
+  for (const char* want :
+       {"READY", "rack=r1,zone=a", "2 of 8 (0,1)", "16 of 64",
+        "64 GiB of 512 GiB", "3s ago", "nvme0n1", "/scratch", "4 TiB",
+        "INFINIBAND", "ib0", "400", "NVIDIA H100 80GB HBM3", "9.0"}) {
+    EXPECT_THAT(text, HasSubstr(want)) << text;
+  }
+}
+
+TEST(OutputTest, QueueTableHasTotals) {
+  v1::GetQueueResponse queue;
+  v1::QueueSummary* a = queue.add_queues();
+  a->set_queue("default");
+  a->set_pending_jobs(3);
+  a->set_running_jobs(1);
+  a->set_gpus_in_use(8);
+  a->set_gpus_requested_pending(24);
+  v1::QueueSummary* b = queue.add_queues();
+  b->set_queue("research");
+  b->set_pending_jobs(1);
+  b->set_running_jobs(2);
+  b->set_gpus_in_use(4);
+  b->set_gpus_requested_pending(8);
+  queue.set_total_gpus(16);
+  queue.set_gpus_in_use(12);
+  queue.set_gpus_free(4);
+  queue.set_nodes_ready(2);
+  queue.set_nodes_drained(1);
+  std::string text = QueueTable(queue);
+  std::vector<std::string> lines = Lines(text);
+  ASSERT_GE(lines.size(), 6u) << text;
+  EXPECT_THAT(lines[0], StartsWith("QUEUE     PENDING  RUNNING  GPUS IN USE"));
+  EXPECT_THAT(lines[1], StartsWith("default   3        1        8"));
+  EXPECT_THAT(lines[3],
+              StartsWith("TOTAL     4        3        12           32"));
+  EXPECT_THAT(text, HasSubstr("12 in use, 4 free, 16 in all"));
+  EXPECT_THAT(text, HasSubstr("2 ready, 1 drained, 0 lost"));
+}
+
+TEST(OutputTest, EventLine) {
+  v1::JobEvent event;
+  event.set_job_id("42");
+  event.set_seq(3);
+  *event.mutable_time() = xl::ToProtoTime(kNow);
+  event.set_from_state(v1::SCHEDULED);
+  event.set_to_state(v1::RUNNING);
+  event.set_attempt(1);
+  event.set_reason("all 4 ranks started");
+  EXPECT_EQ(EventLine(event, Utc()),
+            "2023-11-14 22:13:20  SCHEDULED -> RUNNING  attempt 1  all 4 ranks "
+            "started\n");
+  event.set_from_state(v1::JOB_STATE_UNSPECIFIED);
+  event.set_to_state(v1::PENDING);
+  event.clear_reason();
+  EXPECT_EQ(EventLine(event, Utc()),
+            "2023-11-14 22:13:20  - -> PENDING  attempt 1\n");
+}
+
+TEST(OutputTest, StreamItemsAreOneJsonLineEach) {
+  v1::JobEvent event;
+  event.set_job_id("42");
+  event.set_to_state(v1::RUNNING);
+  std::string line = RenderStreamItem(event, OutputFormat::kJson);
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  EXPECT_THAT(RenderStreamItem(event, OutputFormat::kYaml),
+              StartsWith("---\n"));
+}
+
+TEST(OutputTest, LogPrinterWithoutPrefixPassesBytesThrough) {
+  LogPrinter printer(/*prefix_ranks=*/false);
+  v1::LogChunk chunk;
+  chunk.set_data("step 1 loss 2.3\nstep");
+  EXPECT_EQ(printer.Add(chunk), "step 1 loss 2.3\nstep");
+  EXPECT_EQ(printer.Flush(), "");
+}
+
+TEST(OutputTest, LogPrinterPrefixesWholeLinesPerRank) {
+  LogPrinter printer(/*prefix_ranks=*/true);
+  v1::LogChunk a;
+  a.set_rank(0);
+  a.set_stream(v1::STDOUT);
+  v1::LogChunk b = a;
+  b.set_rank(1);
+  std::string out;
+  a.set_data("hello from 0\nhalf");
+  out += printer.Add(a);
+  b.set_data("hello from 1\n");
+  out += printer.Add(b);
+  a.set_data(" a line\n");
+  out += printer.Add(a);
+  b.set_data("no newline at the end");
+  out += printer.Add(b);
+  out += printer.Flush();
+  EXPECT_EQ(out,
+            "[rank 0] hello from 0\n"
+            "[rank 1] hello from 1\n"
+            "[rank 0] half a line\n"
+            "[rank 1] no newline at the end\n");
+}
+
+TEST(OutputTest, FormatAge) {
+  EXPECT_EQ(FormatAge(absl::Seconds(45)), "45s");
+  EXPECT_EQ(FormatAge(absl::Minutes(12)), "12m");
+  EXPECT_EQ(FormatAge(absl::Hours(5)), "5h");
+  EXPECT_EQ(FormatAge(absl::Hours(72)), "3d");
+  EXPECT_EQ(FormatAge(-absl::Seconds(3)), "0s");
+}
+
+}  // namespace
+}  // namespace xl::client

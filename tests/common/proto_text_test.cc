@@ -1,0 +1,143 @@
+// Tests of YAML/JSON <-> protobuf through the JSON mapping, with
+// xl.v1.JobSpec as the message: the descriptor-guided typing of scalars
+// (string fields stay strings, bare numbers are seconds for Durations) and
+// errors that name the field.
+#include "common/proto_text.h"
+
+#include <gmock/gmock.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include "xl/v1/job.pb.h"
+
+namespace xl {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(ProtoTextTest, UnquotedNumbersInRepeatedStringFieldStayStrings) {
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseYamlToMessage(
+                  "command: [python3, train.py, --steps, 50, 1.50, true]\n",
+                  "test", &spec)
+                  .ok());
+  EXPECT_THAT(spec.command(), ElementsAre("python3", "train.py", "--steps",
+                                          "50", "1.50", "true"));
+}
+
+TEST(ProtoTextTest, UnquotedScalarsInStringMapValuesStayStrings) {
+  v1::JobSpec spec;
+  absl::Status status = ParseYamlToMessage(
+      "env: {PYTHONUNBUFFERED: 1, DEBUG: true, RATIO: 0.5, EMPTY: ''}\n",
+      "test", &spec);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(spec.env().at("PYTHONUNBUFFERED"), "1");
+  EXPECT_EQ(spec.env().at("DEBUG"), "true");
+  EXPECT_EQ(spec.env().at("RATIO"), "0.5");
+  EXPECT_EQ(spec.env().at("EMPTY"), "");
+}
+
+TEST(ProtoTextTest, UnquotedNumberInStringFieldStaysString) {
+  v1::JobSpec spec;
+  ASSERT_TRUE(
+      ParseYamlToMessage("name: 123\nqueue: 007\n", "test", &spec).ok());
+  EXPECT_EQ(spec.name(), "123");
+  EXPECT_EQ(spec.queue(), "007");  // The text as written, not the number 7.
+}
+
+TEST(ProtoTextTest, BareNumberForDurationIsSeconds) {
+  v1::JobSpec spec;
+  ASSERT_TRUE(
+      ParseYamlToMessage("time_limit: 600\ngrace_period: 2.5\n", "test", &spec)
+          .ok());
+  EXPECT_EQ(spec.time_limit().seconds(), 600);
+  EXPECT_EQ(spec.grace_period().seconds(), 2);
+  EXPECT_EQ(spec.grace_period().nanos(), 500000000);
+}
+
+TEST(ProtoTextTest, NestedMessagesKeepNumbersForNumericFields) {
+  v1::JobSpec spec;
+  absl::Status status = ParseYamlToMessage(
+      "resources:\n  nodes: 2\n  nic_gbps_per_node: 12.5\n"
+      "  gpu_models: [H100, 4090]\n  min_gpu_memory_bytes: 85899345920\n",
+      "test", &spec);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(spec.resources().nodes(), 2);
+  EXPECT_DOUBLE_EQ(spec.resources().nic_gbps_per_node(), 12.5);
+  EXPECT_THAT(spec.resources().gpu_models(), ElementsAre("H100", "4090"));
+  EXPECT_EQ(spec.resources().min_gpu_memory_bytes(), 85899345920u);
+}
+
+TEST(ProtoTextTest, JsonNamesAreAcceptedToo) {
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseYamlToMessage("maxRetries: 3\nresources: {ranksPerNode: 4}\n"
+                                 "workingDir: 42\n",
+                                 "test", &spec)
+                  .ok());
+  EXPECT_EQ(spec.max_retries(), 3);
+  EXPECT_EQ(spec.resources().ranks_per_node(), 4);
+  EXPECT_EQ(spec.working_dir(), "42");
+}
+
+TEST(ProtoTextTest, UnknownFieldIsAnErrorNamingIt) {
+  v1::JobSpec spec;
+  absl::Status status = ParseYamlToMessage("nodez: 2\n", "job.yaml", &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("nodez"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("job.yaml"));
+
+  status = ParseYamlToMessage("resources: {gpus: 8}\n", "job.yaml", &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("gpus"));
+}
+
+TEST(ProtoTextTest, WrongTypeIsAnErrorNamingTheField) {
+  v1::JobSpec spec;
+  absl::Status status =
+      ParseYamlToMessage("priority: high\n", "job.yaml", &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("priority"));
+
+  status = ParseYamlToMessage("command: python3 train.py\n", "job.yaml", &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("command"));
+
+  status = ParseYamlToMessage("time_limit: soon\n", "job.yaml", &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("time_limit"));
+}
+
+TEST(ProtoTextTest, SyntaxErrorGivesLine) {
+  v1::JobSpec spec;
+  absl::Status status =
+      ParseYamlToMessage("name: a\ncommand: [a, b\n", "job.yaml", &spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("line"));
+}
+
+TEST(ProtoTextTest, UntypedYamlToJsonKeepsYamlTypes) {
+  auto json = YamlToJson("a: 50\nb: '50'\nc: [x, 1]\n");
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ(*json, R"({"a":50,"b":"50","c":["x",1]})");
+}
+
+TEST(ProtoTextTest, YamlOutputParsesBackToTheSameMessage) {
+  v1::JobSpec spec;
+  spec.set_name("007");
+  spec.add_command("/usr/bin/python3");
+  spec.add_command("50");
+  (*spec.mutable_env())["PYTHONUNBUFFERED"] = "1";
+  (*spec.mutable_env())["FLAG"] = "true";
+  spec.mutable_resources()->set_nodes(2);
+  spec.mutable_resources()->set_min_gpu_memory_bytes(85899345920u);
+  spec.mutable_time_limit()->set_seconds(600);
+  v1::JobSpec back;
+  absl::Status status = ParseYamlToMessage(MessageToYaml(spec), "yaml", &back);
+  ASSERT_TRUE(status.ok()) << status << "\n" << MessageToYaml(spec);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(spec, back))
+      << back.DebugString();
+}
+
+}  // namespace
+}  // namespace xl
