@@ -85,6 +85,7 @@ absl::Status Controller::Recover() {
     if (rec.job.state() == v1::PENDING) {
       pending_.insert({-rec.job.spec().priority(), id});
     } else if (IsActive(rec.job.state())) {
+      active_.insert(id);
       for (const auto& a : rec.job.allocations()) {
         NodeRecord& node = nodes_[a.node()];
         if (node.name.empty()) {
@@ -145,6 +146,13 @@ void Controller::RunLoop() {
     After after;
     {
       absl::MutexLock lock(&mu_);
+      // Passes come at most every kMinPass, so a burst of submits is
+      // scheduled together rather than one wake-up each.
+      constexpr absl::Duration kMinPass = absl::Milliseconds(2);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&stopping), kMinPass);
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return wake_ || stop_;
       };
@@ -202,8 +210,12 @@ void Controller::TickLocked(After* after) {
                after);
     }
   }
-  // Time limits.
-  for (auto& [id, rec] : jobs_) {
+  // Time limits, over the running jobs only.
+  std::vector<int64_t> active(active_.begin(), active_.end());
+  for (int64_t id : active) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    JobRecord& rec = it->second;
     if (!IsActive(rec.job.state()) || rec.stopping) continue;
     absl::Duration limit = FromProto(rec.job.spec().time_limit());
     if (limit <= absl::ZeroDuration() || !rec.job.has_start_time()) continue;
@@ -422,6 +434,11 @@ void Controller::Transition(JobRecord* rec, v1::JobState to,
   }
   job.set_state(to);
   job.set_reason(reason);
+  if (IsActive(to)) {
+    active_.insert(rec->seq);
+  } else {
+    active_.erase(rec->seq);
+  }
   if (IsTerminal(to)) *job.mutable_end_time() = ToProtoTime(now);
   v1::JobEvent e;
   e.set_job_id(job.id());

@@ -204,6 +204,8 @@ class Controller {
   // Jobs submitted since the last pass (a pass over only these suffices
   // when no capacity was freed).
   std::vector<int64_t> new_pending_ ABSL_GUARDED_BY(mu_);
+  // SCHEDULED and RUNNING jobs (for time limits).
+  std::set<int64_t> active_ ABSL_GUARDED_BY(mu_);
   bool capacity_freed_ ABSL_GUARDED_BY(mu_) = true;
   bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;
   std::map<std::string, NodeRecord> nodes_ ABSL_GUARDED_BY(mu_);

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   std::unique_ptr<Store> store(new Store(std::move(db), std::move(reader)));
   RETURN_IF_ERROR(store->PrepareStatements());
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
   return store;
 }
 
@@ -59,6 +60,9 @@ absl::Status Store::PrepareStatements() {
                    db_->Prepare("INSERT OR REPLACE INTO nodes (name, "
                                 "inventory, drained, state_reason, "
                                 "register_time_us) VALUES (?,?,?,?,?)"));
+  ASSIGN_OR_RETURN(savepoint_, db_->Prepare("SAVEPOINT w"));
+  ASSIGN_OR_RETURN(release_, db_->Prepare("RELEASE w"));
+  ASSIGN_OR_RETURN(rollback_to_, db_->Prepare("ROLLBACK TO w"));
   ASSIGN_OR_RETURN(append_log_,
                    db_->Prepare("INSERT INTO logs (job_id, attempt, rank, "
                                 "stream, time_us, data) VALUES (?,?,?,?,?,?)"));
@@ -84,7 +88,15 @@ Store::~Store() {
     stopping_ = true;
   }
   if (writer_.joinable()) writer_.join();
+  {
+    absl::MutexLock lock(&done_mu_);
+    writer_exited_ = true;
+  }
+  if (completer_.joinable()) completer_.join();
   // Statements must go before their connections.
+  savepoint_.reset();
+  release_.reset();
+  rollback_to_.reset();
   put_job_.reset();
   add_event_.reset();
   put_node_.reset();
@@ -249,12 +261,13 @@ void Store::WriterLoop() {
     absl::Status commit = db_->Exec("BEGIN IMMEDIATE");
     if (commit.ok()) {
       for (size_t i = 0; i < batch.size(); ++i) {
-        absl::Status st = db_->Exec("SAVEPOINT w");
+        absl::Status st = savepoint_->Run();
         if (st.ok()) st = batch[i].fn(tx);
         if (st.ok()) {
-          st = db_->Exec("RELEASE w");
+          st = release_->Run();
         } else {
-          (void)db_->Exec("ROLLBACK TO w; RELEASE w");
+          (void)rollback_to_->Run();
+          (void)release_->Run();
         }
         results[i] = st;
       }
@@ -265,8 +278,32 @@ void Store::WriterLoop() {
       absl::MutexLock lock(&mu_);
       ++commits_;
     }
+    Completed c;
+    c.done.reserve(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].done) batch[i].done(commit.ok() ? results[i] : commit);
+      c.done.push_back(std::move(batch[i].done));
+      c.results.push_back(commit.ok() ? results[i] : commit);
+    }
+    absl::MutexLock lock(&done_mu_);
+    completed_.push_back(std::move(c));
+  }
+}
+
+void Store::CompletionLoop() {
+  while (true) {
+    Completed c;
+    {
+      absl::MutexLock lock(&done_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(done_mu_) {
+        return !completed_.empty() || writer_exited_;
+      };
+      done_mu_.Await(absl::Condition(&ready));
+      if (completed_.empty()) return;
+      c = std::move(completed_.front());
+      completed_.pop_front();
+    }
+    for (size_t i = 0; i < c.done.size(); ++i) {
+      if (c.done[i]) c.done[i](c.results[i]);
     }
   }
 }

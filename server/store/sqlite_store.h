@@ -73,7 +73,8 @@ class Store {
   absl::StatusOr<StoredState> Load();
 
   // Queues `fn` for the next group transaction; `done` runs on the writer
-  // thread after the commit (or with the error). `done` may be empty.
+  // completion thread after the commit (or with the error), in queue order,
+  // while the writer already runs the next transaction. `done` may be empty.
   void Write(WriteFn fn, DoneFn done);
   // Write() and wait for the commit.
   absl::Status WriteSync(WriteFn fn);
@@ -96,9 +97,11 @@ class Store {
   explicit Store(std::unique_ptr<Db> db, std::unique_ptr<Db> reader);
   absl::Status PrepareStatements();
   void WriterLoop();
+  void CompletionLoop();
 
   std::unique_ptr<Db> db_;  // used by the writer thread only (and Load)
   std::unique_ptr<Statement> put_job_, add_event_, put_node_, append_log_;
+  std::unique_ptr<Statement> savepoint_, release_, rollback_to_;
 
   absl::Mutex reader_mu_;
   std::unique_ptr<Db> reader_ ABSL_GUARDED_BY(reader_mu_);
@@ -110,6 +113,16 @@ class Store {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread writer_;
+
+  // Committed batches whose `done` callbacks have yet to run.
+  struct Completed {
+    std::vector<DoneFn> done;
+    std::vector<absl::Status> results;
+  };
+  absl::Mutex done_mu_;
+  std::deque<Completed> completed_ ABSL_GUARDED_BY(done_mu_);
+  bool writer_exited_ ABSL_GUARDED_BY(done_mu_) = false;
+  std::thread completer_;
 };
 
 }  // namespace xl::store

@@ -216,7 +216,8 @@ int main(int argc, char** argv) {
   for (int c : {1, 16, 64}) {
     Result ping = ClosedLoop(c, seconds, [&](std::function<void(bool)> done) {
       auto* ctx = new grpc::ClientContext();
-      auto* req = new grpc::ByteBuffer();  // empty HealthCheckRequest
+      grpc::Slice empty("", 0);
+      auto* req = new grpc::ByteBuffer(&empty, 1);  // empty HealthCheckRequest
       auto* resp = new grpc::ByteBuffer();
       generic.UnaryCall(ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), req, resp,
                         [=](grpc::Status s) {
