@@ -472,11 +472,6 @@ void Controller::Transition(JobRecord* rec, v1::JobState to,
       });
 }
 
-void Controller::PersistJob(JobRecord* rec) {
-  store_->Write([copy = rec->job](store::Tx& tx) { return tx.PutJob(copy); },
-                nullptr);
-}
-
 void Controller::StopGang(JobRecord* rec, After* after) {
   rec->stopping = true;
   for (const auto& a : rec->job.allocations()) {
@@ -1005,37 +1000,40 @@ void Controller::SetDrained(
     done(absl::InvalidArgumentError("name: required; see xlctl nodes"));
     return;
   }
-  store::StoredNode stored;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = nodes_.find(name);
-    if (it == nodes_.end()) {
-      mu_.Unlock();
-      done(absl::NotFoundError(
-          absl::StrCat("node ", name, " is not known; see xlctl nodes")));
-      mu_.Lock();
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) {
+    mu_.Unlock();
+    done(absl::NotFoundError(
+        absl::StrCat("node ", name, " is not known; see xlctl nodes")));
+    mu_.Lock();
+    return;
+  }
+  NodeRecord& node = it->second;
+  node.drained = drained;
+  node.drain_reason = drained ? reason : "";
+  if (!drained) capacity_freed_ = true;
+  pass_needed_ = true;
+  wake_ = true;
+  PersistNode(node, [this, name, done](absl::Status st) {
+    if (!st.ok()) {
+      done(st);
       return;
     }
-    NodeRecord& node = it->second;
-    node.drained = drained;
-    node.drain_reason = drained ? reason : "";
-    if (!drained) capacity_freed_ = true;
-    pass_needed_ = true;
-    wake_ = true;
-    stored.name = name;
-    stored.inventory = node.inventory;
-    stored.drained = node.drained;
-    stored.state_reason = node.drain_reason;
-    stored.register_time = node.register_time;
-  }
+    done(GetNode(name));
+  });
+}
+
+void Controller::PersistNode(const NodeRecord& node,
+                             store::Store::DoneFn done) {
+  store::StoredNode stored;
+  stored.name = node.name;
+  stored.inventory = node.inventory;
+  stored.drained = node.drained;
+  stored.state_reason = node.drain_reason;
+  stored.register_time = node.register_time;
   store_->Write([stored](store::Tx& tx) { return tx.PutNode(stored); },
-                [this, name, done](absl::Status st) {
-                  if (!st.ok()) {
-                    done(st);
-                    return;
-                  }
-                  done(GetNode(name));
-                });
+                std::move(done));
 }
 
 // --- AgentService ----------------------------------------------------------
@@ -1085,14 +1083,7 @@ absl::StatusOr<std::string> Controller::AgentRegister(
                      node.inventory.gpus_size(), " GPUs, ",
                      node.inventory.cpus(), " CPUs)",
                      was_lost ? " after being lost" : ""));
-    store::StoredNode stored;
-    stored.name = name;
-    stored.inventory = node.inventory;
-    stored.drained = node.drained;
-    stored.state_reason = node.drain_reason;
-    stored.register_time = node.register_time;
-    store_->Write([stored](store::Tx& tx) { return tx.PutNode(stored); },
-                  nullptr);
+    PersistNode(node, nullptr);
 
     v1::SchedulerMessage ack;
     ack.mutable_register_ack()->set_node(name);

@@ -165,7 +165,9 @@ class Controller {
   void Transition(JobRecord* rec, v1::JobState to, const std::string& reason,
                   std::function<void()> then = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistJob(JobRecord* rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the node's row; `done` runs after the commit, lock not held.
+  void PersistNode(const NodeRecord& node, store::Store::DoneFn done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends StopJob for the current attempt to every node of the job.
   void StopGang(JobRecord* rec, After* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,0 +1,102 @@
+#include "agent/worker/rendezvous.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/duration.h"
+#include "common/status.h"
+#include "xl/v1/rendezvous.grpc.pb.h"
+
+namespace xl::worker {
+
+absl::Status InMemoryRendezvous::Put(const std::string& key,
+                                     const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  values_[key] = value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> InMemoryRendezvous::Get(
+    const std::vector<std::string>& keys, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& k : keys) {
+      if (values_.count(k) == 0) return false;
+    }
+    return true;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&all), timeout)) {
+    std::vector<std::string> missing;
+    for (const auto& k : keys) {
+      if (values_.count(k) == 0) missing.push_back(k);
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rendezvous keys never set: ", absl::StrJoin(missing, ", ")));
+  }
+  std::vector<std::string> out;
+  for (const auto& k : keys) out.push_back(values_[k]);
+  return out;
+}
+
+namespace {
+
+class SchedulerRendezvous : public Rendezvous {
+ public:
+  SchedulerRendezvous(const std::string& address, const std::string& job_id,
+                      int attempt, const std::string& token)
+      : address_(address),
+        stub_(v1::RendezvousService::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    scope_.set_job_id(job_id);
+    scope_.set_attempt(attempt);
+    scope_.set_token(token);
+  }
+
+  absl::Status Put(const std::string& key, const std::string& value) override {
+    v1::RendezvousPutRequest req;
+    *req.mutable_scope() = scope_;
+    req.set_key(key);
+    req.set_value(value);
+    v1::RendezvousPutResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx.set_wait_for_ready(true);
+    return Annotate(FromGrpcStatus(stub_->Put(&ctx, req, &resp)),
+                    absl::StrCat("rendezvous put ", key, " at ", address_));
+  }
+
+  absl::StatusOr<std::vector<std::string>> Get(
+      const std::vector<std::string>& keys, absl::Duration timeout) override {
+    v1::RendezvousGetRequest req;
+    *req.mutable_scope() = scope_;
+    for (const auto& k : keys) req.add_keys(k);
+    *req.mutable_timeout() = ToProtoDuration(timeout);
+    v1::RendezvousGetResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     absl::ToChronoSeconds(timeout + absl::Seconds(10)));
+    ctx.set_wait_for_ready(true);
+    absl::Status st = FromGrpcStatus(stub_->Get(&ctx, req, &resp));
+    if (!st.ok()) {
+      return Annotate(st, absl::StrCat("rendezvous get at ", address_));
+    }
+    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+  }
+
+ private:
+  const std::string address_;
+  v1::RendezvousScope scope_;
+  std::unique_ptr<v1::RendezvousService::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<Rendezvous> NewSchedulerRendezvous(const std::string& address,
+                                                   const std::string& job_id,
+                                                   int attempt,
+                                                   const std::string& token) {
+  return std::make_unique<SchedulerRendezvous>(address, job_id, attempt, token);
+}
+
+}  // namespace xl::worker

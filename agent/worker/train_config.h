@@ -1,0 +1,72 @@
+// TrainConfig: xl-train's settings, resolved from xl.v1.TrainSpec with the
+// defaults filled in, and the model's math that every backend (CPU/Gloo and
+// CUDA/NCCL) must follow exactly, so their results can be compared.
+//
+// The model. L = hidden_layers + 1 linear layers; widths d_0 = input_dim,
+// d_1..d_{L-1} = hidden_dim, d_L = classes. Layer l maps d_{l-1} -> d_l with
+// W_l [d_l x d_{l-1}] (row-major) and b_l [d_l]; ReLU after every layer but
+// the last; the last feeds a softmax cross-entropy against integer labels,
+// averaged over the rank's batch. The gradient all-reduce averages over
+// ranks, so the update equals the one for the global batch.
+//
+// Parameters live in one flat fp32 buffer: W_1, b_1, W_2, b_2, ... Init:
+// W_l[i] ~ Uniform(-1/sqrt(d_{l-1}), +1/sqrt(d_{l-1})) from the counter RNG
+// keyed (seed, kInitStream + l, i); b_l = 0. Same on every rank.
+//
+// AdamW: beta1 0.9, beta2 0.999, eps 1e-8, bias-corrected, constant
+// learning rate; decoupled weight decay (w -= lr * wd * w) on W only.
+//
+// Data (synthetic): sample n of the run (n = step * world * batch + rank *
+// batch + i, so N ranks of batch b see what one rank of batch N*b sees) has
+// x[j] ~ Normal(0,1) from the counter RNG keyed (seed, kDataStream + n, j)
+// and label argmax of a fixed teacher: input_dim -> 64 tanh -> classes, its
+// weights Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) keyed (seed,
+// kTeacherStream + layer, i), biases 0.
+#ifndef XL_AGENT_WORKER_TRAIN_CONFIG_H_
+#define XL_AGENT_WORKER_TRAIN_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "xl/v1/job.pb.h"
+
+namespace xl::worker {
+
+inline constexpr uint64_t kInitStream = 1ull << 40;
+inline constexpr uint64_t kTeacherStream = 2ull << 40;
+inline constexpr uint64_t kDataStream = 3ull << 40;
+inline constexpr int kTeacherHidden = 64;
+
+struct TrainConfig {
+  int input_dim = 256;
+  int hidden_dim = 1024;
+  int hidden_layers = 2;
+  int classes = 16;
+  int batch_per_rank = 64;
+  int64_t steps = 100;
+  double learning_rate = 1e-3;
+  double weight_decay = 0.01;
+  v1::Precision precision = v1::FP32;
+  int checkpoint_every = 0;
+  uint64_t seed = 1;
+  std::string device = "cpu";      // "cpu" or "cuda"
+  std::string shards;              // empty: synthetic teacher data
+  int metrics_every = 10;
+  uint64_t bucket_bytes = 25ull << 20;
+
+  // Widths d_0..d_L.
+  std::vector<int> Widths() const;
+  // Total parameters (weights and biases).
+  int64_t ParamCount() const;
+};
+
+// Fills defaults and checks ranges; INVALID_ARGUMENT names the TrainSpec
+// field ("train.hidden_dim: must be between 1 and 65536").
+absl::StatusOr<TrainConfig> ResolveTrainSpec(const v1::TrainSpec& spec,
+                                             bool node_has_gpus);
+
+}  // namespace xl::worker
+
+#endif  // XL_AGENT_WORKER_TRAIN_CONFIG_H_
