@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <unistd.h>
 #include <string>
 #include <system_error>
 
@@ -170,6 +171,20 @@ int Main(int argc, char** argv) {
                          supervisor_options.scratch_dir, " (", ec.message(),
                          "); checkpoints go to ", fallback));
     supervisor_options.scratch_dir = fallback;
+  }
+  // xl-train ships beside xl-agent (installed) or in worker/ (build tree).
+  {
+    std::error_code self_ec;
+    auto self = std::filesystem::read_symlink("/proc/self/exe", self_ec);
+    if (!self_ec) {
+      for (auto candidate : {self.parent_path() / "xl-train",
+                             self.parent_path() / "worker" / "xl-train"}) {
+        if (access(candidate.c_str(), X_OK) == 0) {
+          supervisor_options.train_binary = candidate.string();
+          break;
+        }
+      }
+    }
   }
   Supervisor supervisor(supervisor_options, &session);
   absl::Status started = supervisor.Start();

@@ -12,6 +12,12 @@ void Outbox::PushStatus(const v1::RankStatus& status) {
   queue_.push_back(std::move(message));
 }
 
+void Outbox::PushMetrics(v1::TrainMetrics metrics) {
+  v1::AgentMessage message;
+  *message.mutable_metrics() = std::move(metrics);
+  queue_.push_back(std::move(message));
+}
+
 bool Outbox::PushLog(v1::LogChunk chunk) {
   log_bytes_ += chunk.data().size();
   v1::AgentMessage message;

@@ -22,6 +22,7 @@ class Outbox {
   explicit Outbox(size_t max_log_bytes) : max_log_bytes_(max_log_bytes) {}
 
   void PushStatus(const v1::RankStatus& status);
+  void PushMetrics(v1::TrainMetrics metrics);
   // Returns true when older chunks had to be dropped to make room.
   bool PushLog(v1::LogChunk chunk);
   // Removes the queued statuses: a Register's snapshot carries them.

@@ -105,6 +105,11 @@ void Session::OnLogChunk(v1::LogChunk chunk) {
   }
 }
 
+void Session::OnMetrics(v1::TrainMetrics metrics) {
+  absl::MutexLock lock(&mu_);
+  outbox_.PushMetrics(std::move(metrics));
+}
+
 bool Session::connected() const {
   absl::MutexLock lock(&mu_);
   return acked_;

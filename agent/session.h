@@ -71,6 +71,7 @@ class Session : public RankEventSink {
 
   void OnRankStatus(const v1::RankStatus& status) override;
   void OnLogChunk(v1::LogChunk chunk) override;
+  void OnMetrics(v1::TrainMetrics metrics) override;
 
   // True between a RegisterAck and the end of that stream.
   bool connected() const;

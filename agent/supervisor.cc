@@ -1,5 +1,7 @@
 #include "agent/supervisor.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,6 +49,8 @@ struct Supervisor::Process {
   absl::Duration grace;
   Output out;
   Output err;
+  // XL_METRICS_FD: one TrainMetrics JSON object per line.
+  Output metrics;
 };
 
 struct Supervisor::Command {
@@ -146,12 +150,17 @@ struct ChildError {
   int err;
 };
 constexpr int kStageChdir = 1;
+// The rank's metrics pipe is this fd (XL_METRICS_FD); the parent keeps its
+// own copies above kHighFd so the dup2 calls in the child never clobber them.
+constexpr int kMetricsFd = 3;
+constexpr int kHighFd = 10;
 constexpr int kStageExec = 2;
 constexpr int kStageSetup = 3;
 
 // Runs in the child between fork and execve: async-signal-safe calls only.
 [[noreturn]] void ExecChild(pid_t parent, int devnull, int out_w, int err_w,
-                            int error_w, const char* dir, const char* path,
+                            int metrics_w, int error_w, const char* dir,
+                            const char* path,
                             char* const* argv, char* const* envp) {
   auto fail = [error_w](int stage) {
     ChildError e{stage, errno};
@@ -175,7 +184,7 @@ constexpr int kStageSetup = 3;
     sigaction(sig, &dfl, nullptr);
   }
   if (dup2(devnull, STDIN_FILENO) < 0 || dup2(out_w, STDOUT_FILENO) < 0 ||
-      dup2(err_w, STDERR_FILENO) < 0) {
+      dup2(err_w, STDERR_FILENO) < 0 || dup2(metrics_w, kMetricsFd) < 0) {
     fail(kStageSetup);
   }
   if (chdir(dir) != 0) fail(kStageChdir);
@@ -324,7 +333,7 @@ void Supervisor::Loop() {
     fds.push_back({wake_read_, POLLIN, 0});
     fds.push_back({g_sigchld_read, POLLIN, 0});
     for (auto& [key, process] : processes_) {
-      for (Output* output : {&process->out, &process->err}) {
+      for (Output* output : {&process->out, &process->err, &process->metrics}) {
         if (output->fd < 0) continue;
         fds.push_back({output->fd, POLLIN, 0});
         owners.emplace_back(process.get(), output);
@@ -369,6 +378,7 @@ void Supervisor::Loop() {
     }
     CloseFd(process->out.fd);
     CloseFd(process->err.fd);
+    CloseFd(process->metrics.fd);
   }
   // Reap the leaders and whatever they left behind (orphans come to this
   // process as the subreaper), so no zombie keeps a group alive.
@@ -524,12 +534,16 @@ void Supervisor::Launch(const v1::StartRanks& request,
     }
     env["XL_CHECKPOINT_DIR"] = checkpoints;
   }
+  env["XL_METRICS_FD"] = absl::StrCat(kMetricsFd);
   for (const char* name : {"PATH", "HOME", "LANG", "TMPDIR"}) {
     const char* value = getenv(name);  // NOLINT(concurrency-mt-unsafe)
     if (value != nullptr && env.find(name) == env.end()) env[name] = value;
   }
 
   std::string path = request.argv(0);
+  if (path == "xl-train" && !options_.train_binary.empty()) {
+    path = options_.train_binary;
+  }
   if (path.find('/') == std::string::npos) {
     auto it = env.find("PATH");
     std::string search = it == env.end() ? "/usr/bin:/bin" : it->second;
@@ -569,13 +583,28 @@ void Supervisor::Launch(const v1::StartRanks& request,
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
   int error_pipe[2] = {-1, -1};
+  int metrics[2] = {-1, -1};
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (devnull < 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
-      pipe2(error_pipe, O_CLOEXEC) != 0) {
+  bool piped = devnull >= 0 && pipe2(out, O_CLOEXEC) == 0 &&
+               pipe2(err, O_CLOEXEC) == 0 &&
+               pipe2(error_pipe, O_CLOEXEC) == 0 &&
+               pipe2(metrics, O_CLOEXEC) == 0;
+  if (piped) {
+    for (int* fd : {&error_pipe[1], &metrics[1]}) {
+      int high = fcntl(*fd, F_DUPFD_CLOEXEC, kHighFd);
+      if (high < 0) {
+        piped = false;
+        break;
+      }
+      CloseFd(*fd);
+      *fd = high;
+    }
+  }
+  if (!piped) {
     std::string message =
         absl::StrCat("cannot create pipes: ", ErrnoString(errno),
                      "; the agent may be out of file descriptors (ulimit -n)");
-    for (int* fds : {out, err, error_pipe}) {
+    for (int* fds : {out, err, error_pipe, metrics}) {
       CloseFd(fds[0]);
       CloseFd(fds[1]);
     }
@@ -586,17 +615,19 @@ void Supervisor::Launch(const v1::StartRanks& request,
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
-    ExecChild(parent, devnull, out[1], err[1], error_pipe[1], dir.c_str(),
-              path.c_str(), argv.data(), envp.data());
+    ExecChild(parent, devnull, out[1], err[1], metrics[1], error_pipe[1],
+              dir.c_str(), path.c_str(), argv.data(), envp.data());
   }
   int fork_errno = errno;
   CloseFd(out[1]);
   CloseFd(err[1]);
+  CloseFd(metrics[1]);
   CloseFd(error_pipe[1]);
   CloseFd(devnull);
   if (pid < 0) {
     CloseFd(out[0]);
     CloseFd(err[0]);
+    CloseFd(metrics[0]);
     CloseFd(error_pipe[0]);
     return FailToStart(request, launch.rank(),
                        absl::StrCat("fork: ", ErrnoString(fork_errno),
@@ -618,6 +649,7 @@ void Supervisor::Launch(const v1::StartRanks& request,
     }
     CloseFd(out[0]);
     CloseFd(err[0]);
+    CloseFd(metrics[0]);
     std::string message;
     switch (child_error.stage) {
       case kStageChdir:
@@ -648,7 +680,9 @@ void Supervisor::Launch(const v1::StartRanks& request,
   process->out.fd = out[0];
   process->err.stream = v1::STDERR;
   process->err.fd = err[0];
-  for (int fd : {out[0], err[0]}) {
+  process->metrics.stream = v1::LOG_STREAM_UNSPECIFIED;
+  process->metrics.fd = metrics[0];
+  for (int fd : {out[0], err[0], metrics[0]}) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
   leaders_[pid] = process.get();
@@ -704,6 +738,17 @@ void Supervisor::ReadOutput(Process& process, Output& output) {
 
 void Supervisor::AppendOutput(Process& process, Output& output,
                               const char* data, size_t size) {
+  if (&output == &process.metrics) {
+    output.pending.append(data, size);
+    size_t start = 0, nl;
+    while ((nl = output.pending.find('\n', start)) != std::string::npos) {
+      EmitMetrics(process, output.pending.substr(start, nl - start));
+      start = nl + 1;
+    }
+    output.pending.erase(0, start);
+    if (output.pending.size() > (1u << 20)) output.pending.clear();
+    return;
+  }
   const bool had_pending = !output.pending.empty();
   output.pending.append(data, size);
   bool emitted = false;
@@ -740,7 +785,29 @@ void Supervisor::EmitChunk(const Process& process, const Output& output,
   sink_->OnLogChunk(std::move(chunk));
 }
 
+void Supervisor::EmitMetrics(const Process& process, const std::string& line) {
+  if (line.empty()) return;
+  v1::TrainMetrics metrics;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (!google::protobuf::util::JsonStringToMessage(line, &metrics, options)
+           .ok()) {
+    return;  // Not ours to judge a rank's output; drop what does not parse.
+  }
+  metrics.set_job_id(std::get<0>(process.key));
+  metrics.set_attempt(std::get<1>(process.key));
+  metrics.set_rank(std::get<2>(process.key));
+  if (!metrics.has_time()) {
+    *metrics.mutable_time() = ToProtoTime(options_.clock->Now());
+  }
+  sink_->OnMetrics(std::move(metrics));
+}
+
 void Supervisor::FlushPartial(Process& process, Output& output) {
+  if (&output == &process.metrics) {
+    output.pending_since = absl::InfiniteFuture();
+    return;  // A partial metrics line is never a whole report.
+  }
   if (!output.pending.empty()) {
     EmitChunk(process, output, std::move(output.pending));
   }
@@ -814,7 +881,7 @@ void Supervisor::RunTimers() {
       }
       process->sigkill_sent = true;
     }
-    for (Output* output : {&process->out, &process->err}) {
+    for (Output* output : {&process->out, &process->err, &process->metrics}) {
       if (output->fd >= 0 &&
           now >= output->pending_since + options_.partial_line_delay) {
         FlushPartial(*process, *output);
@@ -826,7 +893,7 @@ void Supervisor::RunTimers() {
     if (!process->leader_alive && !process->group_alive) {
       // No writer is left in the group; a process that escaped it with
       // setsid() does not keep the rank's pipes open here.
-      for (Output* output : {&process->out, &process->err}) {
+      for (Output* output : {&process->out, &process->err, &process->metrics}) {
         if (output->fd >= 0) {
           ReadOutput(*process, *output);
           CloseOutput(*process, *output);
@@ -836,7 +903,8 @@ void Supervisor::RunTimers() {
   }
   for (auto it = processes_.begin(); it != processes_.end();) {
     const Process& p = *it->second;
-    if (!p.leader_alive && !p.group_alive && p.out.fd < 0 && p.err.fd < 0) {
+    if (!p.leader_alive && !p.group_alive && p.out.fd < 0 && p.err.fd < 0 &&
+        p.metrics.fd < 0) {
       it = processes_.erase(it);
     } else {
       ++it;
@@ -875,7 +943,7 @@ absl::Duration Supervisor::NextTimeout() {
     if (process->stopping && !process->sigkill_sent) {
       next = std::min(next, process->kill_deadline);
     }
-    for (const Output* output : {&process->out, &process->err}) {
+    for (const Output* output : {&process->out, &process->err, &process->metrics}) {
       if (output->fd >= 0 && !output->pending.empty()) {
         next =
             std::min(next, output->pending_since + options_.partial_line_delay);

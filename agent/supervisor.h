@@ -49,6 +49,9 @@ class RankEventSink {
   // A piece of a rank's stdout or stderr; within one (rank, stream) chunks
   // arrive in order.
   virtual void OnLogChunk(v1::LogChunk chunk) = 0;
+  // Training metrics a rank wrote to XL_METRICS_FD (job, attempt and rank
+  // filled in).
+  virtual void OnMetrics(v1::TrainMetrics metrics) { (void)metrics; }
 };
 
 // What the session asks of the supervisor (a fake in session tests).
@@ -79,6 +82,9 @@ struct SupervisorOptions {
   size_t max_chunk_bytes = 64 * 1024;
   // Grace used when a StopJob or StartRanks carries none.
   absl::Duration default_grace = absl::Seconds(10);
+  // The built-in worker: a command whose argv[0] is "xl-train" runs this
+  // binary (found next to xl-agent). Empty: looked up in PATH like others.
+  std::string train_binary;
   // Make the process a child subreaper (PR_SET_CHILD_SUBREAPER).
   bool subreaper = true;
 };
@@ -141,6 +147,7 @@ class Supervisor : public RankController {
                     size_t size);
   void EmitChunk(const Process& process, const Output& output,
                  std::string data);
+  void EmitMetrics(const Process& process, const std::string& line);
   void FlushPartial(Process& process, Output& output);
   void CloseOutput(Process& process, Output& output);
   void Reap();

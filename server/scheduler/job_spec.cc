@@ -1,5 +1,7 @@
 #include "server/scheduler/job_spec.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <set>
 #include <string>
 
@@ -35,6 +37,64 @@ bool ValidQueueName(const std::string& s) {
 constexpr int kMaxNodes = 4096;
 constexpr int kMaxRanksPerNode = 1024;
 
+// The built-in worker: its spec is checked here (so a bad one changes no
+// state) and handed to xl-train as JSON on its command line.
+absl::Status CheckTrainSpec(v1::JobSpec* spec) {
+  if (spec->command_size() > 0) {
+    return Bad("command",
+               "must be empty when train is set: xl runs its xl-train worker; "
+               "drop command, or drop train to run your own program");
+  }
+  const v1::TrainSpec& t = spec->train();
+  struct Range {
+    const char* field;
+    int64_t value;
+    int64_t max;
+  };
+  for (const Range& r : {Range{"input_dim", t.input_dim(), 1 << 16},
+                         Range{"hidden_dim", t.hidden_dim(), 1 << 16},
+                         Range{"hidden_layers", t.hidden_layers(), 256},
+                         Range{"classes", t.classes(), 1 << 20},
+                         Range{"batch_per_rank", t.batch_per_rank(), 1 << 20},
+                         Range{"steps", t.steps(), int64_t{1} << 40},
+                         Range{"checkpoint_every", t.checkpoint_every(),
+                               int64_t{1} << 40},
+                         Range{"metrics_every", t.metrics_every(), 1 << 30}}) {
+    if (r.value < 0 || r.value > r.max) {
+      return Bad(absl::StrCat("train.", r.field),
+                 absl::StrCat("must be between 0 (default) and ", r.max,
+                              ", got ", r.value));
+    }
+  }
+  if (t.learning_rate() < 0 || t.learning_rate() > 10) {
+    return Bad("train.learning_rate", "must be between 0 (default) and 10");
+  }
+  if (t.weight_decay() < 0 || t.weight_decay() > 10) {
+    return Bad("train.weight_decay", "must be between 0 and 10");
+  }
+  if (!t.device().empty() && t.device() != "cpu" && t.device() != "cuda") {
+    return Bad("train.device",
+               absl::StrCat("'", t.device(), "' is not a device; use cpu or cuda"));
+  }
+  if (t.device() == "cpu" &&
+      (t.precision() == v1::BF16 || t.precision() == v1::FP16)) {
+    return Bad("train.precision",
+               "the CPU worker trains in fp32; use FP32 or device cuda");
+  }
+  if (t.device() == "cuda" && spec->resources().gpus_per_node() == 0) {
+    return Bad("resources.gpus_per_node",
+               "is 0 but train.device is cuda; ask for GPUs (one rank each)");
+  }
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(t, &json, options);
+  spec->add_command("xl-train");
+  spec->add_command("--spec-json");
+  spec->add_command(json);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsReservedEnv(const std::string& name) {
@@ -56,6 +116,10 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
     return Bad("queue", absl::StrCat("'", spec->queue(),
                                      "' is not a queue name; use 1-64 "
                                      "letters, digits, '-', '_' or '.'"));
+  }
+  if (spec->has_train()) {
+    absl::Status train = CheckTrainSpec(spec);
+    if (!train.ok()) return train;
   }
   if (spec->command_size() == 0) {
     return Bad("command",

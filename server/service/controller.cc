@@ -227,6 +227,7 @@ void Controller::TickLocked(After* after) {
                               "time_limit to give it longer)"));
     }
   }
+  ServeWaiters(after);
   if (pass_needed_) SchedulePass(after);
 }
 
@@ -344,6 +345,8 @@ void Controller::StartJob(JobRecord* rec, const scheduler::Placement& placement,
   rec->stopping = false;
 
   const std::string token = RandomToken();
+  rec->token = token;
+  rec->rendezvous.clear();
   std::vector<std::pair<std::string, v1::SchedulerMessage>> messages;
   for (const auto& a : job.allocations()) {
     const NodeRecord& node = nodes_[a.node()];
@@ -385,6 +388,7 @@ void Controller::StartJob(JobRecord* rec, const scheduler::Placement& placement,
       env["XL_JOB_ID"] = job.id();
       env["XL_ATTEMPT"] = absl::StrCat(job.attempt());
       env["XL_NODE"] = a.node();
+      env["XL_NODE_ADDRESS"] = a.address();
       env["XL_SCHEDULER"] = opts_.advertise_address;
       env["XL_RENDEZVOUS_TOKEN"] = token;
     }
@@ -1131,6 +1135,9 @@ void Controller::AgentMessage(const std::string& name,
       case v1::AgentMessage::kRankStatus:
         HandleRankStatus(&node, msg.rank_status(), &after);
         break;
+      case v1::AgentMessage::kMetrics:
+        HandleMetrics(msg.metrics());
+        break;
       case v1::AgentMessage::kLog: {
         if (FindJob(msg.log().job_id()) == nullptr) break;
         auto chunk = std::make_shared<v1::LogChunk>(msg.log());
@@ -1153,6 +1160,153 @@ void Controller::AgentDisconnected(const std::string& node,
                                    std::shared_ptr<AgentConnection> conn) {
   absl::MutexLock lock(&disconnect_mu_);
   disconnects_.emplace_back(node, std::move(conn));
+}
+
+}  // namespace xl::service
+
+namespace xl::service {
+
+void Controller::HandleMetrics(const v1::TrainMetrics& m) {
+  JobRecord* rec = FindJob(m.job_id());
+  if (rec == nullptr || rec->job.attempt() != m.attempt() ||
+      !IsActive(rec->job.state()) || m.rank() != 0) {
+    return;
+  }
+  *rec->job.mutable_metrics() = m;
+  absl::Time now = clock_->Now();
+  // About one stored point a second, and always the last step.
+  if (now - rec->metrics_stored < absl::Seconds(1) &&
+      m.step() != m.total_steps()) {
+    return;
+  }
+  rec->metrics_stored = now;
+  store_->Write([m](store::Tx& tx) { return tx.AppendMetrics(m); }, nullptr);
+}
+
+absl::StatusOr<v1::GetJobMetricsResponse> Controller::GetJobMetrics(
+    const std::string& job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (FindJob(job_id) == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("job ", job_id, " does not exist; see xlctl list"));
+    }
+  }
+  ASSIGN_OR_RETURN(auto points, store_->ReadMetrics(ParseJobId(job_id)));
+  v1::GetJobMetricsResponse resp;
+  for (auto& p : points) *resp.add_points() = std::move(p);
+  return resp;
+}
+
+absl::StatusOr<Controller::JobRecord*> Controller::RendezvousScopeJob(
+    const v1::RendezvousScope& scope) {
+  JobRecord* rec = FindJob(scope.job_id());
+  if (rec == nullptr || rec->job.attempt() != scope.attempt() ||
+      !IsActive(rec->job.state()) || rec->stopping || rec->token.empty() ||
+      rec->token != scope.token()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "scope: job ", scope.job_id(), " attempt ", scope.attempt(),
+        " is not running or the token is wrong; only the ranks of a running "
+        "attempt may rendezvous (they get XL_RENDEZVOUS_TOKEN)"));
+  }
+  return rec;
+}
+
+absl::Status Controller::RendezvousPut(const v1::RendezvousPutRequest& req) {
+  if (req.key().empty()) {
+    return absl::InvalidArgumentError("key: required");
+  }
+  if (req.value().size() > (1 << 20)) {
+    return absl::InvalidArgumentError("value: larger than 1 MiB");
+  }
+  After after;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(JobRecord * rec, RendezvousScopeJob(req.scope()));
+    if (rec->rendezvous.size() >= 100000) {
+      return absl::ResourceExhaustedError(
+          "scope: more than 100000 rendezvous keys in one attempt");
+    }
+    rec->rendezvous[req.key()] = req.value();
+    ServeWaiters(&after);
+  }
+  RunAfter(&after);
+  return absl::OkStatus();
+}
+
+void Controller::RendezvousGet(
+    const v1::RendezvousGetRequest& req,
+    std::function<void(absl::StatusOr<std::vector<std::string>>)> done) {
+  if (req.keys_size() == 0) {
+    done(absl::InvalidArgumentError("keys: give at least one key"));
+    return;
+  }
+  After after;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    auto rec = RendezvousScopeJob(req.scope());
+    if (!rec.ok()) {
+      error = rec.status();
+    } else {
+      RendezvousWaiter w;
+      w.job = (*rec)->seq;
+      w.attempt = (*rec)->job.attempt();
+      w.keys.assign(req.keys().begin(), req.keys().end());
+      absl::Duration timeout =
+          req.has_timeout() ? FromProto(req.timeout()) : absl::Minutes(5);
+      w.deadline = clock_->Now() + timeout;
+      w.done = std::move(done);
+      waiters_.push_back(std::move(w));
+      ServeWaiters(&after);
+    }
+  }
+  RunAfter(&after);
+  if (!error.ok()) done(error);
+}
+
+void Controller::ServeWaiters(After* after) {
+  const absl::Time now = clock_->Now();
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    auto job = jobs_.find(it->job);
+    bool live = job != jobs_.end() && job->second.job.attempt() == it->attempt &&
+                IsActive(job->second.job.state()) && !job->second.stopping;
+    if (!live) {
+      after->calls.push_back([done = std::move(it->done)] {
+        done(absl::AbortedError(
+            "the job attempt ended while waiting for the rendezvous"));
+      });
+      it = waiters_.erase(it);
+      continue;
+    }
+    const auto& kv = job->second.rendezvous;
+    std::vector<std::string> values, missing;
+    for (const auto& k : it->keys) {
+      auto v = kv.find(k);
+      if (v == kv.end()) {
+        missing.push_back(k);
+      } else {
+        values.push_back(v->second);
+      }
+    }
+    if (missing.empty()) {
+      after->calls.push_back(
+          [done = std::move(it->done), values = std::move(values)] {
+            done(values);
+          });
+      it = waiters_.erase(it);
+    } else if (now >= it->deadline) {
+      after->calls.push_back(
+          [done = std::move(it->done), missing = std::move(missing)] {
+            done(absl::DeadlineExceededError(absl::StrCat(
+                "rendezvous keys not set in time: ", absl::StrJoin(missing, ", "),
+                "; a rank of this attempt did not start or died")));
+          });
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace xl::service

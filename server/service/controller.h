@@ -28,6 +28,7 @@
 #include "server/scheduler/placement.h"
 #include "server/store/sqlite_store.h"
 #include "xl/v1/agent.pb.h"
+#include "xl/v1/rendezvous.pb.h"
 #include "xl/v1/scheduler.pb.h"
 
 namespace xl::service {
@@ -97,6 +98,18 @@ class Controller {
   int64_t AddListener(const std::string& job_id, std::function<void()> wake);
   void RemoveListener(const std::string& job_id, int64_t id);
   store::Store* store() { return store_; }
+  absl::StatusOr<v1::GetJobMetricsResponse> GetJobMetrics(
+      const std::string& job_id);
+
+  // --- RendezvousService ---
+  // Both check that the scope names the running attempt of a job and carries
+  // its token (PERMISSION_DENIED otherwise).
+  absl::Status RendezvousPut(const v1::RendezvousPutRequest& request);
+  // `done` runs once every key is set, or with DEADLINE_EXCEEDED naming the
+  // missing keys, or ABORTED when the attempt ends first.
+  void RendezvousGet(
+      const v1::RendezvousGetRequest& request,
+      std::function<void(absl::StatusOr<std::vector<std::string>>)> done);
 
   // --- NodeService ---
   v1::ListNodesResponse ListNodes();
@@ -126,6 +139,17 @@ class Controller {
     // The current attempt is being stopped; its rank exits change nothing.
     bool stopping = false;
     std::string request_key;  // serialized ResourceRequest
+    // XL_RENDEZVOUS_TOKEN of the current attempt, and its key-value store.
+    std::string token;
+    std::map<std::string, std::string> rendezvous;
+    absl::Time metrics_stored = absl::InfinitePast();
+  };
+  struct RendezvousWaiter {
+    int64_t job = 0;
+    int attempt = 0;
+    std::vector<std::string> keys;
+    absl::Time deadline;
+    std::function<void(absl::StatusOr<std::vector<std::string>>)> done;
   };
   // Resources an attempt of a job holds on a node until its ranks there
   // have exited (or the node is lost).
@@ -190,6 +214,13 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobRecord* FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ProcessDisconnects(After* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running attempt a rendezvous scope names, or PERMISSION_DENIED.
+  absl::StatusOr<JobRecord*> RendezvousScopeJob(const v1::RendezvousScope& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes waiters whose keys are all set, expired or orphaned.
+  void ServeWaiters(After* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleMetrics(const v1::TrainMetrics& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   store::Store* const store_;
   const Clock* const clock_;
@@ -214,6 +245,7 @@ class Controller {
   // Master address -> ports in use; and the next port to try.
   std::map<std::string, std::set<int>> ports_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> port_cursor_ ABSL_GUARDED_BY(mu_);
+  std::vector<RendezvousWaiter> waiters_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -110,4 +110,36 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetQueue(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(
+    grpc::CallbackServerContext* ctx, const v1::GetJobMetricsRequest* request,
+    v1::GetJobMetricsResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  FinishWith(reactor, controller_->GetJobMetrics(request->job_id()), response);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Put(
+    grpc::CallbackServerContext* ctx, const v1::RendezvousPutRequest* request,
+    v1::RendezvousPutResponse* response) {
+  (void)response;
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(controller_->RendezvousPut(*request)));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(
+    grpc::CallbackServerContext* ctx, const v1::RendezvousGetRequest* request,
+    v1::RendezvousGetResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  controller_->RendezvousGet(
+      *request,
+      [reactor, response](absl::StatusOr<std::vector<std::string>> values) {
+        if (values.ok()) {
+          for (auto& v : *values) response->add_values(std::move(v));
+        }
+        reactor->Finish(ToGrpcStatus(values.status()));
+      });
+  return reactor;
+}
+
 }  // namespace xl::service

@@ -50,6 +50,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   builder.RegisterService(s->jobs_.get());
   builder.RegisterService(s->nodes_.get());
   builder.RegisterService(s->agents_.get());
+  s->rendezvous_ = std::make_unique<RendezvousServiceImpl>(s->controller_.get());
+  builder.RegisterService(s->rendezvous_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(

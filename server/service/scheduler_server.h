@@ -43,6 +43,7 @@ class SchedulerServer {
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<NodeServiceImpl> nodes_;
   std::unique_ptr<AgentServiceImpl> agents_;
+  std::unique_ptr<RendezvousServiceImpl> rendezvous_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;

@@ -6,6 +6,7 @@
 
 #include "server/service/controller.h"
 #include "xl/v1/agent.grpc.pb.h"
+#include "xl/v1/rendezvous.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 namespace xl::service {
@@ -35,6 +36,9 @@ class JobServiceImpl : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetQueue(grpc::CallbackServerContext* ctx,
                                      const v1::GetQueueRequest* request,
                                      v1::GetQueueResponse* response) override;
+  grpc::ServerUnaryReactor* GetJobMetrics(
+      grpc::CallbackServerContext* ctx, const v1::GetJobMetricsRequest* request,
+      v1::GetJobMetricsResponse* response) override;
 
  private:
   Controller* const controller_;
@@ -67,6 +71,22 @@ class AgentServiceImpl : public v1::AgentService::CallbackService {
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override;
+
+ private:
+  Controller* const controller_;
+};
+
+class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
+ public:
+  explicit RendezvousServiceImpl(Controller* controller)
+      : controller_(controller) {}
+
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx,
+                                const v1::RendezvousPutRequest* request,
+                                v1::RendezvousPutResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
+                                const v1::RendezvousGetRequest* request,
+                                v1::RendezvousGetResponse* response) override;
 
  private:
   Controller* const controller_;

@@ -60,6 +60,9 @@ absl::Status Store::PrepareStatements() {
                    db_->Prepare("INSERT OR REPLACE INTO nodes (name, "
                                 "inventory, drained, state_reason, "
                                 "register_time_us) VALUES (?,?,?,?,?)"));
+  ASSIGN_OR_RETURN(append_metrics_,
+                   db_->Prepare("INSERT INTO metrics (job_id, time_us, data) "
+                                "VALUES (?,?,?)"));
   ASSIGN_OR_RETURN(savepoint_, db_->Prepare("SAVEPOINT w"));
   ASSIGN_OR_RETURN(release_, db_->Prepare("RELEASE w"));
   ASSIGN_OR_RETURN(rollback_to_, db_->Prepare("ROLLBACK TO w"));
@@ -74,6 +77,9 @@ absl::Status Store::PrepareStatements() {
                    rdb->Prepare(absl::StrCat(kCols,
                                              "WHERE job_id = ? AND seq > ? "
                                              "ORDER BY seq LIMIT ?")));
+  ASSIGN_OR_RETURN(read_metrics_,
+                   rdb->Prepare("SELECT data FROM metrics WHERE job_id = ? "
+                                "ORDER BY seq"));
   ASSIGN_OR_RETURN(read_logs_rank_,
                    rdb->Prepare(absl::StrCat(kCols,
                                              "WHERE job_id = ? AND seq > ? "
@@ -95,6 +101,7 @@ Store::~Store() {
   if (completer_.joinable()) completer_.join();
   // Statements must go before their connections.
   savepoint_.reset();
+  append_metrics_.reset();
   release_.reset();
   rollback_to_.reset();
   put_job_.reset();
@@ -104,6 +111,7 @@ Store::~Store() {
   absl::MutexLock lock(&reader_mu_);
   read_logs_.reset();
   read_logs_rank_.reset();
+  read_metrics_.reset();
 }
 
 absl::Status Tx::PutJob(const v1::Job& job) {
@@ -157,6 +165,34 @@ absl::Status Tx::AppendLog(v1::LogChunk* c) {
   RETURN_IF_ERROR(s->Run());
   c->set_seq(store_->db_->LastInsertRowId());
   return absl::OkStatus();
+}
+
+absl::Status Tx::AppendMetrics(const v1::TrainMetrics& m) {
+  Statement* s = store_->append_metrics_.get();
+  s->BindInt(1, JobRowId(m.job_id()));
+  s->BindInt(2, ToUs(m.time()));
+  s->BindBlob(3, m.SerializeAsString());
+  return s->Run();
+}
+
+absl::StatusOr<std::vector<v1::TrainMetrics>> Store::ReadMetrics(
+    int64_t job_id) {
+  absl::MutexLock lock(&reader_mu_);
+  Statement* s = read_metrics_.get();
+  s->BindInt(1, job_id);
+  std::vector<v1::TrainMetrics> out;
+  while (true) {
+    auto row = s->Step();
+    if (!row.ok()) {
+      s->Reset();
+      return row.status();
+    }
+    if (!*row) break;
+    v1::TrainMetrics m;
+    if (m.ParseFromString(s->ColumnBlob(0))) out.push_back(std::move(m));
+  }
+  s->Reset();
+  return out;
 }
 
 absl::StatusOr<StoredState> Store::Load() {

@@ -50,6 +50,7 @@ class Tx {
   absl::Status PutNode(const StoredNode& node);
   // Appends the chunk and sets its seq.
   absl::Status AppendLog(v1::LogChunk* chunk);
+  absl::Status AppendMetrics(const v1::TrainMetrics& metrics);
 
  private:
   friend class Store;
@@ -85,6 +86,9 @@ class Store {
                                                      int64_t after_seq,
                                                      int rank, int limit);
 
+  // A job's stored metrics, oldest first.
+  absl::StatusOr<std::vector<v1::TrainMetrics>> ReadMetrics(int64_t job_id);
+
   // Transactions committed so far (for benchmarks and tests).
   int64_t commits() const;
 
@@ -102,11 +106,13 @@ class Store {
   std::unique_ptr<Db> db_;  // used by the writer thread only (and Load)
   std::unique_ptr<Statement> put_job_, add_event_, put_node_, append_log_;
   std::unique_ptr<Statement> savepoint_, release_, rollback_to_;
+  std::unique_ptr<Statement> append_metrics_;
 
   absl::Mutex reader_mu_;
   std::unique_ptr<Db> reader_ ABSL_GUARDED_BY(reader_mu_);
   std::unique_ptr<Statement> read_logs_ ABSL_GUARDED_BY(reader_mu_);
   std::unique_ptr<Statement> read_logs_rank_ ABSL_GUARDED_BY(reader_mu_);
+  std::unique_ptr<Statement> read_metrics_ ABSL_GUARDED_BY(reader_mu_);
 
   mutable absl::Mutex mu_;
   std::deque<PendingWrite> queue_ ABSL_GUARDED_BY(mu_);

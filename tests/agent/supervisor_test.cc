@@ -45,6 +45,14 @@ class RecordingSink : public RankEventSink {
     absl::MutexLock lock(&mu_);
     events_.push_back({false, {}, std::move(chunk)});
   }
+  void OnMetrics(v1::TrainMetrics metrics) override {
+    absl::MutexLock lock(&mu_);
+    metrics_.push_back(std::move(metrics));
+  }
+  std::vector<v1::TrainMetrics> metrics() {
+    absl::MutexLock lock(&mu_);
+    return metrics_;
+  }
 
   // Waits until `pred(events)` holds; false at the deadline.
   template <typename Pred>
@@ -125,6 +133,7 @@ class RecordingSink : public RankEventSink {
  private:
   absl::Mutex mu_;
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::TrainMetrics> metrics_ ABSL_GUARDED_BY(mu_);
 };
 
 class TempDir {
@@ -220,7 +229,8 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheGivenOnePlusCheckpointAndPath) {
   }
   const std::string checkpoints = dir_.path() + "/scratch/checkpoints/envjob";
   std::set<std::string> want = {"RANK=0", "FOO=bar baz", "HOME=/home/rank",
-                                "XL_CHECKPOINT_DIR=" + checkpoints};
+                                "XL_CHECKPOINT_DIR=" + checkpoints,
+                                "XL_METRICS_FD=3"};
   for (const char* name : {"PATH", "LANG", "TMPDIR"}) {
     if (const char* v = getenv(name)) want.insert(absl::StrCat(name, "=", v));
   }
@@ -244,6 +254,23 @@ TEST_F(SupervisorTest, MissingWorkingDirectoryFailsToStart) {
   EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
   EXPECT_THAT(end.message(), HasSubstr("cannot change to working directory"));
   EXPECT_THAT(end.message(), HasSubstr("fix working_dir"));
+}
+
+TEST_F(SupervisorTest, MetricsLinesOnFd3BecomeTrainMetrics) {
+  supervisor_->StartRanks(Shell(
+      "metrics",
+      "echo '{\"step\": \"5\", \"loss\": 0.5}' >&3; echo 'not json' >&3; "
+      "printf '{\"step\": \"6\"}' >&$XL_METRICS_FD; echo >&3; echo done"));
+  v1::RankStatus end = sink_.WaitEnd("metrics", 1, 0);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  auto got = sink_.metrics();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].step(), 5);
+  EXPECT_DOUBLE_EQ(got[0].loss(), 0.5);
+  EXPECT_EQ(got[0].job_id(), "metrics");
+  EXPECT_EQ(got[1].step(), 6);
+  // Metrics are not log output.
+  EXPECT_EQ(sink_.Output("metrics", 0, v1::STDOUT), "done\n");
 }
 
 TEST_F(SupervisorTest, ReportsRunningWithPidThenExitCode) {

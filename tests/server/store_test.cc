@@ -46,7 +46,7 @@ TEST(MigratorTest, FromEmptyToNewest) {
   ASSERT_TRUE(Migrate(db->get(), SchemaMigrations()).ok());
   EXPECT_EQ(*SchemaVersion(db->get()), SchemaMigrations().back().version);
   // Every table of every migration is there.
-  for (const char* table : {"jobs", "job_events", "nodes", "logs"}) {
+  for (const char* table : {"jobs", "job_events", "nodes", "logs", "metrics"}) {
     auto s = (*db)->Prepare(
         absl::StrCat("SELECT count(*) FROM sqlite_master WHERE name='", table, "'"));
     ASSERT_TRUE(s.ok());
