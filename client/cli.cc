@@ -58,7 +58,7 @@ struct CommandLine::Flags {
   std::string name, queue, time_limit;
   int32_t priority = 0, nodes = 0, ranks_per_node = 0, gpus_per_node = 0,
           max_retries = 0, rank = 0;
-  std::string wait_timeout;
+  std::string wait_timeout, top_interval;
   CLI::Option* name_opt = nullptr;
   CLI::Option* queue_opt = nullptr;
   CLI::Option* time_limit_opt = nullptr;
@@ -69,6 +69,7 @@ struct CommandLine::Flags {
   CLI::Option* max_retries_opt = nullptr;
   CLI::Option* rank_opt = nullptr;
   CLI::Option* wait_timeout_opt = nullptr;
+  CLI::Option* top_interval_opt = nullptr;
   // The argv after `--` (submit only).
   std::vector<std::string> after_dashes;
   bool saw_dashes = false;
@@ -177,8 +178,17 @@ CommandLine::CommandLine()
                      "(default: random per invocation)");
 
   CLI::App* get = add("get",
-                      "Show one job: spec, state, allocations and the "
-                      "full reason.");
+                      "Show one job: spec (for xl-train jobs the train "
+                      "settings), state, allocations, the full reason and, "
+                      "for a training job, its latest metrics.");
+  get->footer(
+      "A job that reports training metrics gets a Training: section: step "
+      "of total (and the step it resumed from), loss, samples/s, step time "
+      "split into compute, all-reduce and data wait, all-reduce bus "
+      "bandwidth in Gbit/s, peak memory, and when it was reported. The "
+      "history is 'xlctl metrics ID'.\n"
+      "Global flags (--server, --user, --timeout, -o) are listed by "
+      "'xlctl --help'; exit codes too.");
   job_arg(get);
 
   CLI::App* list = add("list", "List jobs, newest first.");
@@ -232,6 +242,44 @@ CommandLine::CommandLine()
       "--timeout", f.wait_timeout,
       "give up after this long, like 30m (default: wait as long as it takes)");
 
+  CLI::App* top = add("top",
+                      "Live table of the scheduled and running jobs with "
+                      "their latest training metrics: step, loss, samples/s, "
+                      "step and all-reduce time, bus bandwidth, memory.");
+  top->footer(
+      "Columns: ID, NAME, USER, STATE, NODES, RANKS (world size), STEP "
+      "(step/total), LOSS, SAMPLES/S, STEP MS, ALLREDUCE MS, BUS GBIT/S "
+      "(all-reduce bus bandwidth), MEM (peak), AGE; \"-\" for a job without "
+      "metrics.\n"
+      "On a terminal the screen is redrawn every --interval until Ctrl-C "
+      "(exit 0). With --once, or when stdout is not a terminal (a pipe, a "
+      "file), one table is printed and top exits, so scripts never hang; "
+      "give --interval as well to keep appending a table (with a timestamped "
+      "header) every interval instead. -o json|yaml print the "
+      "ListJobsResponse once.\n"
+      "Global flags (--server, --user, --timeout, -o) are listed by "
+      "'xlctl --help'; exit codes too.");
+  top->add_flag("--once", inv.top.once, "print one table and exit");
+  f.top_interval_opt = top->add_option(
+      "--interval", f.top_interval,
+      "time between refreshes, like 2s or 500ms (default 2s, at least "
+      "100ms)");
+  top->add_option("--queue", inv.top.queue, "only jobs of this queue");
+  top->add_option("--user", inv.top.user,
+                  "only jobs of this user (to set who you are, put the "
+                  "global --user before 'top')");
+
+  CLI::App* metrics = add("metrics",
+                          "Show a training job's metrics over time "
+                          "(downsampled, oldest first, across attempts).");
+  metrics->footer(
+      "Columns: TIME, ATTEMPT, STEP (step/total), LOSS, SAMPLES/S, STEP MS, "
+      "ALLREDUCE MS, DATA WAIT MS, BUS GBIT/S (all-reduce bus bandwidth), "
+      "MEM (peak). -o json|yaml print the GetJobMetricsResponse.\n"
+      "Global flags (--server, --user, --timeout, -o) are listed by "
+      "'xlctl --help'; exit codes too.");
+  job_arg(metrics);
+
   add("nodes",
       "List the nodes: state, GPUs used/total, GPU model, CPUs, "
       "memory, free NVMe, fastest NIC, labels and jobs.");
@@ -268,6 +316,7 @@ void CommandLine::Resolve() {
   o.command = f.after_dashes;
   if (f.rank_opt->count() > 0) inv.logs.rank = f.rank;
   if (f.wait_timeout_opt->count() > 0) inv.wait_timeout = f.wait_timeout;
+  if (f.top_interval_opt->count() > 0) inv.top_interval = f.top_interval;
 }
 
 std::optional<int> CommandLine::Parse(std::vector<std::string> args,
@@ -331,6 +380,16 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
     }
     return commands.Wait(inv.job_id, timeout);
   }
+  if (c == "top") {
+    TopOptions options = inv.top;
+    if (inv.top_interval) {
+      ASSIGN_OR_RETURN(options.interval,
+                       ParseDurationFlag("top --interval", *inv.top_interval));
+      options.interval_given = true;
+    }
+    return commands.Top(options);
+  }
+  if (c == "metrics") return commands.Metrics(inv.job_id);
   if (c == "nodes") return commands.Nodes();
   if (c == "node") return commands.Node(inv.node);
   if (c == "drain") return commands.Drain(inv.node, inv.reason);
@@ -353,6 +412,7 @@ absl::Status RunStatus(const Invocation& inv, std::ostream& out,
   options.timeout = timeout;
   SchedulerConnection connection(options);
   Commands commands(&connection, format, &out, &err);
+  commands.set_terminal(&out == &std::cout && isatty(STDOUT_FILENO) == 1);
   return Dispatch(inv, commands);
 }
 

@@ -30,12 +30,17 @@ struct Invocation {
   std::string output = "table";
 
   // The subcommand: "submit", "get", "list", "queue", "cancel", "logs",
-  // "watch", "wait", "nodes", "node", "drain" or "resume".
+  // "watch", "wait", "top", "metrics", "nodes", "node", "drain" or
+  // "resume".
   std::string command;
   SubmitOptions submit;
   ListOptions list;
   LogsOptions logs;
-  // The job of get, cancel, logs, watch and wait.
+  // top's flags but --interval, which is parsed when the command runs.
+  TopOptions top;
+  // --interval of top, as given.
+  std::optional<std::string> top_interval;
+  // The job of get, cancel, logs, watch, wait and metrics.
   std::string job_id;
   // The node of node, drain and resume.
   std::string node;

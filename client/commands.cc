@@ -1,6 +1,9 @@
 #include "client/commands.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <csignal>
 #include <random>
 #include <utility>
 
@@ -27,6 +30,47 @@ constexpr absl::Duration kWaitRetryPause = absl::Seconds(1);
 constexpr absl::Duration kWaitPollInterval = absl::Seconds(2);
 // `wait` gives up when the scheduler stays unreachable this long.
 constexpr absl::Duration kWaitUnreachableLimit = absl::Seconds(30);
+
+constexpr absl::Duration kTopMinInterval = absl::Milliseconds(100);
+// `top` sleeps in slices this long, so SIGINT ends it at once.
+constexpr absl::Duration kTopSleepSlice = absl::Milliseconds(100);
+// Clears the screen and puts the cursor in its top left corner.
+constexpr char kClearScreen[] = "\x1b[H\x1b[2J";
+
+// Set by SIGINT while a ScopedInterruptFlag exists.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void OnInterrupt(int /*signal*/) { g_interrupted = 1; }
+
+// Turns SIGINT into a flag for its lifetime, so a live view can end
+// cleanly (exit 0) instead of being killed mid-line. SA_RESETHAND puts the
+// default back after the first SIGINT: a second one kills, should a call
+// hang. Restores the previous action on destruction. One at a time.
+class ScopedInterruptFlag {
+ public:
+  ScopedInterruptFlag() {
+    g_interrupted = 0;
+    struct sigaction action = {};
+    action.sa_handler = OnInterrupt;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~ScopedInterruptFlag() { sigaction(SIGINT, &previous_, nullptr); }
+  ScopedInterruptFlag(const ScopedInterruptFlag&) = delete;
+  ScopedInterruptFlag& operator=(const ScopedInterruptFlag&) = delete;
+
+  bool interrupted() const { return g_interrupted != 0; }
+
+ private:
+  struct sigaction previous_ = {};
+};
+
+// Errors a live view rides out (the scheduler restarting, a slow answer).
+bool IsTransient(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
+}
 
 bool IsFinished(xl::v1::JobState state) {
   return state == xl::v1::SUCCEEDED || state == xl::v1::FAILED ||
@@ -151,6 +195,22 @@ absl::Status Commands::List(const ListOptions& options) {
   request.set_user(options.user);
   request.set_queue(options.queue);
   request.set_page_size(options.limit);
+  ASSIGN_OR_RETURN(xl::v1::ListJobsResponse all,
+                   ListJobs(std::move(request), options.all_pages));
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(all, format_);
+    return absl::OkStatus();
+  }
+  *out_ << JobTable(all.jobs(), Context());
+  if (!all.next_page_token().empty()) {
+    *err_ << "xlctl: showing the first " << all.jobs_size()
+          << " jobs; more match: use --all-pages or a larger --limit\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<xl::v1::ListJobsResponse> Commands::ListJobs(
+    xl::v1::ListJobsRequest request, bool all_pages) {
   xl::v1::ListJobsResponse all;
   while (true) {
     xl::v1::ListJobsResponse page;
@@ -160,17 +220,109 @@ absl::Status Commands::List(const ListOptions& options) {
     if (!status.ok()) return connection_->CallError(status, "list jobs");
     for (auto& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
     all.set_next_page_token(page.next_page_token());
-    if (!options.all_pages || page.next_page_token().empty()) break;
+    if (!all_pages || page.next_page_token().empty()) break;
     request.set_page_token(page.next_page_token());
   }
+  return all;
+}
+
+void Commands::PrintTopFrame(
+    const TopOptions& options,
+    const absl::StatusOr<xl::v1::ListJobsResponse>& jobs, bool redraw) {
+  if (redraw) *out_ << kClearScreen;
+  RenderContext context = Context();
+  std::string header = "xlctl top: ";
+  if (jobs.ok()) {
+    absl::StrAppend(&header, jobs->jobs_size(),
+                    jobs->jobs_size() == 1 ? " job" : " jobs",
+                    " scheduled or running");
+  } else {
+    absl::StrAppend(&header, "jobs scheduled or running");
+  }
+  if (!options.queue.empty()) {
+    absl::StrAppend(&header, " in queue ", options.queue);
+  }
+  if (!options.user.empty()) {
+    absl::StrAppend(&header, " of user ", options.user);
+  }
+  absl::StrAppend(
+      &header, " at ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S", context.now, context.zone),
+      ", every ", xl::HumanDuration(options.interval), "; Ctrl-C quits\n\n");
+  *out_ << header;
+  if (jobs.ok()) {
+    *out_ << TopTable(jobs->jobs(), context);
+  } else {
+    *out_ << "xlctl: " << jobs.status().message() << " (trying again in "
+          << xl::HumanDuration(options.interval) << ")\n";
+  }
+  out_->flush();
+}
+
+absl::Status Commands::Top(const TopOptions& options) {
+  // Each refresh lists every page: a tiny interval would only load the
+  // scheduler.
+  if (options.interval < kTopMinInterval) {
+    return UsageError(absl::StrCat("--interval: must be at least ",
+                                   xl::HumanDuration(kTopMinInterval),
+                                   ", like 2s"));
+  }
+  xl::v1::ListJobsRequest request;
+  request.add_states(xl::v1::SCHEDULED);
+  request.add_states(xl::v1::RUNNING);
+  request.set_user(options.user);
+  request.set_queue(options.queue);
+  // A page cut would hide running jobs: top always reads every page.
+  absl::StatusOr<xl::v1::ListJobsResponse> jobs =
+      ListJobs(request, /*all_pages=*/true);
+  if (!jobs.ok()) return jobs.status();
   if (format_ != OutputFormat::kTable) {
-    *out_ << RenderMessage(all, format_);
+    *out_ << RenderMessage(*jobs, format_);
     return absl::OkStatus();
   }
-  *out_ << JobTable(all.jobs(), Context());
-  if (!all.next_page_token().empty()) {
-    *err_ << "xlctl: showing the first " << all.jobs_size()
-          << " jobs; more match: use --all-pages or a larger --limit\n";
+  // Redrawing needs a terminal; into a pipe or file top prints one table
+  // (scripts never hang), unless --interval asks for a log of tables.
+  const bool live = !options.once && (terminal_ || options.interval_given);
+  if (!live) {
+    *out_ << TopTable(jobs->jobs(), Context());
+    return absl::OkStatus();
+  }
+  ScopedInterruptFlag interrupt;
+  for (bool first = true;; first = false) {
+    if (!terminal_ && !first) *out_ << "\n";
+    PrintTopFrame(options, jobs, /*redraw=*/terminal_);
+    for (absl::Duration left = options.interval;
+         left > absl::ZeroDuration() && !interrupt.interrupted();
+         left -= kTopSleepSlice) {
+      sleep_(std::min(left, kTopSleepSlice));
+    }
+    if (interrupt.interrupted()) return absl::OkStatus();
+    jobs = ListJobs(request, /*all_pages=*/true);
+    if (interrupt.interrupted()) return absl::OkStatus();
+    if (!jobs.ok() && !IsTransient(jobs.status())) return jobs.status();
+  }
+}
+
+absl::Status Commands::Metrics(const std::string& job_id) {
+  xl::v1::GetJobMetricsRequest request;
+  request.set_job_id(job_id);
+  xl::v1::GetJobMetricsResponse response;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->jobs().GetJobMetrics(context.get(), request, &response);
+  if (!status.ok()) {
+    return connection_->CallError(
+        status, absl::StrCat("metrics of job ", job_id), kJobHint);
+  }
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(response, format_);
+    return absl::OkStatus();
+  }
+  *out_ << MetricsTable(response.points(), Context());
+  if (response.points().empty()) {
+    *err_ << "xlctl: job " << job_id
+          << " has reported no training metrics (yet); xl-train jobs report "
+             "them every train.metrics_every steps\n";
   }
   return absl::OkStatus();
 }

@@ -49,6 +49,18 @@ struct LogsOptions {
   bool follow = false;
 };
 
+struct TopOptions {
+  std::string user;
+  std::string queue;
+  // Time between refreshes.
+  absl::Duration interval = absl::Seconds(2);
+  // Print one table and return. When stdout is not a terminal top also
+  // prints once, unless `interval_given`: then it keeps appending a table
+  // every interval (for a log), never clearing the screen.
+  bool once = false;
+  bool interval_given = false;
+};
+
 // How many times `submit` retries an UNAVAILABLE call (with the same key).
 inline constexpr int kSubmitRetries = 3;
 
@@ -65,6 +77,8 @@ class Commands {
   }
   // Replaces the zone times are printed in (tests use UTC).
   void set_zone(absl::TimeZone zone) { zone_ = zone; }
+  // Says whether `out` is a terminal: `top` then redraws the screen.
+  void set_terminal(bool terminal) { terminal_ = terminal; }
 
   absl::Status Submit(const SubmitOptions& options);
   absl::Status Get(const std::string& job_id);
@@ -77,6 +91,13 @@ class Commands {
   // with exit code 1; running past `timeout` gives exit code 5.
   absl::Status Wait(const std::string& job_id,
                     std::optional<absl::Duration> timeout);
+  // The SCHEDULED and RUNNING jobs with their latest training metrics,
+  // refreshed every options.interval until SIGINT (which returns OK) or, with
+  // options.once, printed once. -o json|yaml print one ListJobsResponse.
+  // While it runs, SIGINT only ends the loop; a second SIGINT kills.
+  absl::Status Top(const TopOptions& options);
+  // A training job's metrics history (GetJobMetrics).
+  absl::Status Metrics(const std::string& job_id);
   absl::Status Nodes();
   absl::Status Node(const std::string& name);
   absl::Status Drain(const std::string& name, const std::string& reason);
@@ -85,6 +106,13 @@ class Commands {
  private:
   RenderContext Context() const;
   absl::StatusOr<xl::v1::Job> GetJob(const std::string& job_id);
+  // Calls ListJobs for `request`: the first page, or every page.
+  absl::StatusOr<xl::v1::ListJobsResponse> ListJobs(
+      xl::v1::ListJobsRequest request, bool all_pages);
+  // One frame of `top`: the header and the table, or the error.
+  void PrintTopFrame(const TopOptions& options,
+                     const absl::StatusOr<xl::v1::ListJobsResponse>& jobs,
+                     bool redraw);
   absl::Status FinishWait(const xl::v1::Job& job);
   void PrintNode(const xl::v1::Node& node, const char* verb);
 
@@ -94,6 +122,7 @@ class Commands {
   std::ostream* err_;
   const xl::Clock* clock_;
   absl::TimeZone zone_ = absl::LocalTimeZone();
+  bool terminal_ = false;
   std::function<void(absl::Duration)> sleep_;
 };
 

@@ -1,6 +1,7 @@
 #include "client/output.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -136,6 +137,100 @@ std::string TimeWithAge(const google::protobuf::Timestamp& t,
                       FormatAge(context.now - xl::FromProto(t)), " ago)");
 }
 
+// The TrainSpec defaults job.proto documents; a field left 0 means these.
+constexpr int32_t kDefaultInputDim = 256;
+constexpr int32_t kDefaultHiddenDim = 1024;
+constexpr int32_t kDefaultHiddenLayers = 2;
+constexpr int32_t kDefaultClasses = 16;
+constexpr int32_t kDefaultBatchPerRank = 64;
+constexpr int32_t kDefaultSteps = 100;
+constexpr double kDefaultLearningRate = 1e-3;
+
+template <typename T>
+T OrDefault(T value, T fallback) {
+  return value != 0 ? value : fallback;
+}
+
+// Metrics in the units and precision xl-train's own log line uses.
+std::string Milliseconds(double seconds) {
+  return absl::StrFormat("%.2f", seconds * 1e3);
+}
+
+std::string Loss(double loss) {
+  // A converged loss must not print as 0.0000.
+  if (loss != 0 && std::fabs(loss) < 1e-3) {
+    return absl::StrFormat("%.3e", loss);
+  }
+  return absl::StrFormat("%.4f", loss);
+}
+
+std::string SamplesPerSecond(double rate) {
+  return absl::StrFormat("%.1f", rate);
+}
+
+// A one-rank job does no all-reduce, so it has no bus bandwidth.
+std::string BusGbps(double gbps) {
+  return gbps > 0 ? absl::StrFormat("%.2f", gbps) : "-";
+}
+
+std::string StepOfTotal(const xl::v1::TrainMetrics& m) {
+  if (m.total_steps() <= 0) return absl::StrCat(m.step());
+  return absl::StrCat(m.step(), "/", m.total_steps());
+}
+
+std::string PrecisionName(xl::v1::Precision precision) {
+  switch (precision) {
+    case xl::v1::FP32:
+      return "fp32";
+    case xl::v1::BF16:
+      return "bf16";
+    case xl::v1::FP16:
+      return "fp16";
+    default:
+      return "auto";
+  }
+}
+
+int32_t WorldSizeOf(const xl::v1::Job& job) {
+  if (job.world_size() > 0) return job.world_size();
+  const xl::v1::ResourceRequest& r = job.spec().resources();
+  return std::max(r.nodes(), 1) * RanksPerNode(r);
+}
+
+// The "Training:" section of `xlctl get`, keys indented under the heading.
+std::string TrainingSection(const xl::v1::Job& job,
+                            const RenderContext& context) {
+  const xl::v1::TrainMetrics& m = job.metrics();
+  KeyValueBlock block;
+  std::string step = StepOfTotal(m);
+  if (m.total_steps() > 0) {
+    absl::StrAppend(&step, " (", m.step() * 100 / m.total_steps(), "%)");
+  }
+  if (m.resumed_from_step() > 0) {
+    absl::StrAppend(&step, ", resumed from step ", m.resumed_from_step());
+  }
+  block.Add("  Step", step);
+  block.Add("  Loss", Loss(m.loss()));
+  block.Add("  Samples/s", SamplesPerSecond(m.samples_per_second()));
+  block.Add("  Step time",
+            absl::StrCat(Milliseconds(m.step_seconds()), " ms (compute ",
+                         Milliseconds(m.compute_seconds()), " ms, all-reduce ",
+                         Milliseconds(m.allreduce_seconds()), " ms, data wait ",
+                         Milliseconds(m.data_wait_seconds()), " ms)"));
+  block.Add("  All-reduce bus",
+            m.allreduce_bus_gbps() > 0
+                ? absl::StrCat(BusGbps(m.allreduce_bus_gbps()), " Gbit/s")
+                : "- (one rank)");
+  block.Add("  Peak memory", xl::HumanBytes(m.peak_memory_bytes()));
+  std::string updated = TimeWithAge(m.time(), context);
+  // Metrics of an earlier attempt stay until the new one reports.
+  if (m.attempt() > 0 && m.attempt() != job.attempt()) {
+    absl::StrAppend(&updated, ", from attempt ", m.attempt());
+  }
+  block.Add("  Updated", updated);
+  return absl::StrCat("Training:\n", block.Render());
+}
+
 }  // namespace
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
@@ -245,7 +340,12 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
   block.Add("State", JobStateName(job.state()));
   block.Add("Attempt", absl::StrCat(job.attempt(), " (max retries ",
                                     spec.max_retries(), ")"));
-  block.Add("Command", ShellJoin(spec.command()));
+  if (spec.has_train()) {
+    // The command is xl-train with the spec as JSON: show the spec instead.
+    block.Add("Train", TrainSpecSummary(spec.train()));
+  } else {
+    block.Add("Command", ShellJoin(spec.command()));
+  }
   if (!spec.working_dir().empty()) block.Add("Working dir", spec.working_dir());
   std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
   block.Add("Env", absl::StrJoin(env, " ", absl::PairFormatter("=")));
@@ -288,6 +388,7 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
   }
   block.Add("Reason", job.reason());
   std::string out = block.Render();
+  if (job.has_metrics()) absl::StrAppend(&out, TrainingSection(job, context));
   if (job.allocations().empty()) {
     absl::StrAppend(&out, "Allocations:  -\n");
     return out;
@@ -304,6 +405,81 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
   }
   absl::StrAppend(&out, table.Render());
   return out;
+}
+
+std::string TrainSpecSummary(const xl::v1::TrainSpec& t) {
+  std::string text = absl::StrFormat(
+      "MLP %d->%dx%d->%d, batch %d/rank, %d steps, lr %g, precision %s, "
+      "device %s",
+      OrDefault(t.input_dim(), kDefaultInputDim),
+      OrDefault(t.hidden_dim(), kDefaultHiddenDim),
+      OrDefault(t.hidden_layers(), kDefaultHiddenLayers),
+      OrDefault(t.classes(), kDefaultClasses),
+      OrDefault(t.batch_per_rank(), kDefaultBatchPerRank),
+      OrDefault(t.steps(), kDefaultSteps),
+      OrDefault(t.learning_rate(), kDefaultLearningRate),
+      PrecisionName(t.precision()), t.device().empty() ? "auto" : t.device());
+  if (t.checkpoint_every() > 0) {
+    absl::StrAppend(&text, ", checkpoint every ", t.checkpoint_every(),
+                    " steps");
+  } else {
+    absl::StrAppend(&text, ", checkpoint on stop only");
+  }
+  if (!t.data().shards().empty()) {
+    absl::StrAppend(&text, ", data ", t.data().shards());
+  }
+  return text;
+}
+
+std::string TopTable(const RepeatedPtrField<xl::v1::Job>& jobs,
+                     const RenderContext& context) {
+  TextTable table({"ID", "NAME", "USER", "STATE", "NODES", "RANKS", "STEP",
+                   "LOSS", "SAMPLES/S", "STEP MS", "ALLREDUCE MS", "BUS GBIT/S",
+                   "MEM", "AGE"});
+  for (const xl::v1::Job& job : jobs) {
+    std::vector<std::string> row = {
+        job.id(),
+        OrDash(job.spec().name()),
+        OrDash(job.user()),
+        JobStateName(job.state()),
+        absl::StrCat(job.spec().resources().nodes()),
+        absl::StrCat(WorldSizeOf(job))};
+    if (job.has_metrics()) {
+      const xl::v1::TrainMetrics& m = job.metrics();
+      for (std::string cell :
+           {StepOfTotal(m), Loss(m.loss()),
+            SamplesPerSecond(m.samples_per_second()),
+            Milliseconds(m.step_seconds()), Milliseconds(m.allreduce_seconds()),
+            BusGbps(m.allreduce_bus_gbps()),
+            xl::HumanBytes(m.peak_memory_bytes())}) {
+        row.push_back(std::move(cell));
+      }
+    } else {
+      row.insert(row.end(), 7, "-");
+    }
+    row.push_back(
+        IsSet(job.create_time())
+            ? FormatAge(context.now - xl::FromProto(job.create_time()))
+            : "-");
+    table.AddRow(std::move(row));
+  }
+  return table.Render();
+}
+
+std::string MetricsTable(const RepeatedPtrField<xl::v1::TrainMetrics>& points,
+                         const RenderContext& context) {
+  TextTable table({"TIME", "ATTEMPT", "STEP", "LOSS", "SAMPLES/S", "STEP MS",
+                   "ALLREDUCE MS", "DATA WAIT MS", "BUS GBIT/S", "MEM"});
+  for (const xl::v1::TrainMetrics& m : points) {
+    table.AddRow(
+        {FormatTimestamp(m.time(), context), absl::StrCat(m.attempt()),
+         StepOfTotal(m), Loss(m.loss()),
+         SamplesPerSecond(m.samples_per_second()),
+         Milliseconds(m.step_seconds()), Milliseconds(m.allreduce_seconds()),
+         Milliseconds(m.data_wait_seconds()), BusGbps(m.allreduce_bus_gbps()),
+         xl::HumanBytes(m.peak_memory_bytes())});
+  }
+  return table.Render();
 }
 
 namespace {

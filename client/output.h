@@ -63,8 +63,32 @@ std::string JobTable(
     const RenderContext& context);
 
 // The `xlctl get` block: every field as "Key: value", the full reason and a
-// table of allocations (node, GPUs, ranks).
+// table of allocations (node, GPUs, ranks). A job with `train` shows its
+// settings (TrainSpecSummary) in place of the generated xl-train command
+// line; a job with metrics gets a "Training:" section: step of total,
+// loss, samples/s, the step time split into compute, all-reduce and data
+// wait, all-reduce bus bandwidth, peak memory and when it was reported.
 std::string JobDetails(const xl::v1::Job& job, const RenderContext& context);
+
+// The settings of the built-in trainer on one line, with the defaults of
+// job.proto filled in for unset fields: "MLP 256->1024x2->16, batch 64/rank,
+// 100 steps, lr 0.001, precision bf16, device cuda, checkpoint every 50
+// steps".
+std::string TrainSpecSummary(const xl::v1::TrainSpec& train);
+
+// The `xlctl top` table, one row per job: ID, NAME, USER, STATE, NODES,
+// RANKS (world size), STEP (step/total), LOSS, SAMPLES/S, STEP MS,
+// ALLREDUCE MS, BUS GBIT/S, MEM (peak), AGE (since created). The metric
+// columns of a job without metrics are "-".
+std::string TopTable(
+    const google::protobuf::RepeatedPtrField<xl::v1::Job>& jobs,
+    const RenderContext& context);
+
+// The `xlctl metrics` table, one row per point: TIME, ATTEMPT, STEP, LOSS,
+// SAMPLES/S, STEP MS, ALLREDUCE MS, DATA WAIT MS, BUS GBIT/S, MEM.
+std::string MetricsTable(
+    const google::protobuf::RepeatedPtrField<xl::v1::TrainMetrics>& points,
+    const RenderContext& context);
 
 // The `xlctl nodes` table: NAME, STATE, GPUS used/total, GPU MODEL, CPUS
 // used/total, MEMORY used/total, NVME FREE, NIC GBIT/S (fastest NIC), LABELS,

@@ -201,6 +201,31 @@ TEST_F(CliTest, ListFlags) {
   EXPECT_TRUE(inv().list.all_pages);
 }
 
+TEST_F(CliTest, TopFlags) {
+  ASSERT_EQ(Parse({"top", "--once", "--interval", "5s", "--queue", "q",
+                   "--user", "u", "-o", "json"}),
+            std::nullopt)
+      << err_.str();
+  EXPECT_EQ(inv().command, "top");
+  EXPECT_TRUE(inv().top.once);
+  EXPECT_EQ(inv().top_interval, "5s");
+  EXPECT_EQ(inv().top.queue, "q");
+  EXPECT_EQ(inv().top.user, "u");
+  EXPECT_EQ(inv().output, "json");
+
+  CommandLine plain;
+  ASSERT_EQ(plain.Parse({"--user", "me", "top"}, out_, err_), std::nullopt);
+  EXPECT_FALSE(plain.invocation().top.once);
+  EXPECT_FALSE(plain.invocation().top_interval.has_value());
+  EXPECT_EQ(plain.invocation().top.user, "");
+  EXPECT_EQ(plain.invocation().user, "me");
+
+  CommandLine metrics;
+  ASSERT_EQ(metrics.Parse({"metrics", "9"}, out_, err_), std::nullopt);
+  EXPECT_EQ(metrics.invocation().command, "metrics");
+  EXPECT_EQ(metrics.invocation().job_id, "9");
+}
+
 TEST_F(CliTest, LogsWaitCancelDrainFlags) {
   ASSERT_EQ(Parse({"logs", "7", "--rank", "3", "-f"}), std::nullopt);
   EXPECT_EQ(inv().job_id, "7");
@@ -236,9 +261,10 @@ TEST_F(CliTest, LogsWaitCancelDrainFlags) {
 
 TEST_F(CliTest, EveryCommandParses) {
   const std::vector<std::vector<std::string>> lines = {
-      {"get", "1"},  {"list"},       {"queue"},       {"cancel", "1"},
-      {"logs", "1"}, {"watch", "1"}, {"wait", "1"},   {"nodes"},
-      {"node", "n"}, {"drain", "n"}, {"resume", "n"}, {"submit", "f"}};
+      {"get", "1"},  {"list"},        {"queue"},       {"cancel", "1"},
+      {"logs", "1"}, {"watch", "1"},  {"wait", "1"},   {"nodes"},
+      {"node", "n"}, {"drain", "n"},  {"resume", "n"}, {"submit", "f"},
+      {"top"},       {"metrics", "1"}};
   for (const auto& line : lines) {
     CommandLine command_line;
     EXPECT_EQ(command_line.Parse(line, out_, err_), std::nullopt) << line[0];
@@ -249,8 +275,8 @@ TEST_F(CliTest, EveryCommandParses) {
 TEST_F(CliTest, HelpPrintsAndExitsZero) {
   EXPECT_EQ(Parse({"--help"}), 0);
   for (const char* text :
-       {"submit", "list", "watch", "wait", "drain", "XL_SERVER", "XL_USER",
-        "Exit codes", "-o,--output"}) {
+       {"submit", "list", "watch", "wait", "top", "metrics", "drain",
+        "XL_SERVER", "XL_USER", "Exit codes", "-o,--output"}) {
     EXPECT_THAT(out_.str(), HasSubstr(text));
   }
   EXPECT_THAT(out_.str(), ::testing::Not(HasSubstr("plan")));
@@ -261,6 +287,14 @@ TEST_F(CliTest, HelpPrintsAndExitsZero) {
   for (const char* text : {"--ranks-per-node", "--time-limit", "--env",
                            "--idempotency-key", "-- COMMAND"}) {
     EXPECT_THAT(out.str(), HasSubstr(text));
+  }
+
+  CommandLine top;
+  std::ostringstream top_out, top_err;
+  EXPECT_EQ(top.Parse({"top", "--help"}, top_out, top_err), 0);
+  for (const char* text : {"--once", "--interval", "--queue", "--user",
+                           "not a terminal", "BUS GBIT/S", "Ctrl-C"}) {
+    EXPECT_THAT(top_out.str(), HasSubstr(text));
   }
 }
 
@@ -273,6 +307,8 @@ TEST_F(CliTest, UsageErrorsExitTwoWithAPrefixedMessage) {
       {"submit", "--nodes", "two"},  // not a number
       {"submit", "--nodes", "-1"},   // negative
       {"get", "1", "2"},             // extra argument
+      {"metrics"},                   // missing ID
+      {"top", "--interval"},         // missing value
   };
   for (const auto& line : bad) {
     CommandLine command_line;

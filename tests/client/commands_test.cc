@@ -14,12 +14,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cli.h"
 #include "client/exit_code.h"
@@ -78,6 +80,10 @@ class FakeJobService final : public v1::JobService::Service {
     absl::MutexLock lock(&mu_);
     Record(context);
     lists_.push_back(*request);
+    if (!listed_.empty()) {
+      for (const v1::Job& job : listed_) *response->add_jobs() = job;
+      return grpc::Status::OK;
+    }
     // Two pages: jobs 3 and 2, then job 1.
     if (request->page_token().empty()) {
       response->add_jobs()->set_id("3");
@@ -154,6 +160,19 @@ class FakeJobService final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetJobMetrics(grpc::ServerContext* context,
+                             const v1::GetJobMetricsRequest* request,
+                             v1::GetJobMetricsResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    Record(context);
+    if (request->job_id() != job_.id()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "no job " + request->job_id());
+    }
+    *response = metrics_;
+    return grpc::Status::OK;
+  }
+
   void Record(const grpc::ServerContext* context)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     users_.push_back(UserOf(context));
@@ -165,6 +184,9 @@ class FakeJobService final : public v1::JobService::Service {
   grpc::Status submit_error_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SubmitJobRequest> submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ListJobsRequest> lists_ ABSL_GUARDED_BY(mu_);
+  // When set, ListJobs returns these on one page.
+  std::vector<v1::Job> listed_ ABSL_GUARDED_BY(mu_);
+  v1::GetJobMetricsResponse metrics_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> users_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Duration> deadlines_ ABSL_GUARDED_BY(mu_);
   v1::Job job_ ABSL_GUARDED_BY(mu_);
@@ -572,6 +594,244 @@ TEST_F(CommandsTest, QueueAndNodes) {
       "node node-1 drained; state DRAINED (drained by alice: disk swap)\n");
   ASSERT_TRUE(Make()->Resume("node-1").ok());
   EXPECT_EQ(out_.str(), "node node-1 resumed; state READY\n");
+}
+
+v1::TrainMetrics Metrics(int64_t step, double loss) {
+  v1::TrainMetrics m;
+  m.set_job_id("5");
+  m.set_attempt(1);
+  m.set_step(step);
+  m.set_total_steps(100);
+  m.set_loss(loss);
+  m.set_samples_per_second(2048);
+  m.set_step_seconds(0.125);
+  m.set_compute_seconds(0.1);
+  m.set_allreduce_seconds(0.02);
+  m.set_data_wait_seconds(0.001);
+  m.set_allreduce_bus_gbps(87.5);
+  m.set_peak_memory_bytes(3ull << 30);
+  *m.mutable_time() = xl::ToProtoTime(absl::FromUnixSeconds(1700000000));
+  return m;
+}
+
+// A training job with metrics (5) and a job that reports none (6).
+void ListTwoRunningJobs(FakeJobService& jobs) {
+  absl::MutexLock lock(&jobs.mu_);
+  v1::Job training;
+  training.set_id("5");
+  training.set_user("alice");
+  training.set_state(v1::RUNNING);
+  training.set_world_size(8);
+  training.mutable_spec()->set_name("mlp");
+  training.mutable_spec()->mutable_resources()->set_nodes(2);
+  *training.mutable_metrics() = Metrics(40, 1.25);
+  v1::Job plain = training;
+  plain.set_id("6");
+  plain.mutable_spec()->set_name("script");
+  plain.clear_metrics();
+  jobs.listed_ = {training, plain};
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  return absl::StrSplit(line, ' ', absl::SkipEmpty());
+}
+
+TEST_F(CommandsTest, TopOnceAsksForScheduledAndRunningJobs) {
+  ListTwoRunningJobs(jobs_);
+  TopOptions options;
+  options.once = true;
+  options.queue = "research";
+  options.user = "bob";
+  ASSERT_TRUE(Make()->Top(options).ok());
+  std::vector<std::string> lines =
+      absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << out_.str();
+  EXPECT_THAT(lines[0], StartsWith("ID  NAME    USER   STATE    NODES  RANKS"));
+  EXPECT_THAT(
+      Words(lines[1]),
+      ElementsAre("5", "mlp", "alice", "RUNNING", "2", "8", "40/100", "1.2500",
+                  "2048.0", "125.00", "20.00", "87.50", "3", "GiB", "-"));
+  EXPECT_THAT(Words(lines[2]),
+              ElementsAre("6", "script", "alice", "RUNNING", "2", "8", "-", "-",
+                          "-", "-", "-", "-", "-", "-"));
+  EXPECT_EQ(out_.str().find('\x1b'), std::string::npos);
+  absl::MutexLock lock(&jobs_.mu_);
+  ASSERT_EQ(jobs_.lists_.size(), 1u);
+  EXPECT_THAT(jobs_.lists_[0].states(),
+              ElementsAre(v1::SCHEDULED, v1::RUNNING));
+  EXPECT_EQ(jobs_.lists_[0].queue(), "research");
+  EXPECT_EQ(jobs_.lists_[0].user(), "bob");
+}
+
+TEST_F(CommandsTest, TopReadsEveryPage) {
+  TopOptions options;
+  options.once = true;
+  ASSERT_TRUE(Make()->Top(options).ok());
+  std::vector<std::string> lines =
+      absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), 4u) << out_.str();
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, TopIntoAPipePrintsOnceWithoutOnce) {
+  ListTwoRunningJobs(jobs_);
+  ASSERT_TRUE(Make()->Top(TopOptions()).ok());
+  EXPECT_THAT(out_.str(), StartsWith("ID "));
+  EXPECT_TRUE(sleeps_.empty());
+  absl::MutexLock lock(&jobs_.mu_);
+  EXPECT_EQ(jobs_.lists_.size(), 1u);
+}
+
+TEST_F(CommandsTest, TopOnATerminalRedrawsUntilSigint) {
+  ListTwoRunningJobs(jobs_);
+  auto commands = Make();
+  commands->set_terminal(true);
+  // The third refresh's pause ends with Ctrl-C.
+  int pauses = 0;
+  commands->set_sleep([&](absl::Duration d) {
+    sleeps_.push_back(d);
+    if (++pauses == 25) std::raise(SIGINT);
+  });
+  TopOptions options;
+  options.interval = absl::Seconds(1);
+  ASSERT_TRUE(commands->Top(options).ok());
+  const std::string out = out_.str();
+  // Three frames, each starting with a clear screen and a header.
+  EXPECT_THAT(out, StartsWith("\x1b[H\x1b[2Jxlctl top: 2 jobs scheduled or "
+                              "running at "));
+  size_t frames = 0;
+  for (size_t at = out.find("\x1b[H\x1b[2J"); at != std::string::npos;
+       at = out.find("\x1b[H\x1b[2J", at + 1)) {
+    ++frames;
+  }
+  EXPECT_EQ(frames, 3u) << out;
+  EXPECT_THAT(out, HasSubstr("every 1s; Ctrl-C quits"));
+  EXPECT_THAT(out, HasSubstr("40/100"));
+  // Slept in short slices, so Ctrl-C ends the pause at once.
+  EXPECT_EQ(sleeps_.size(), 25u);
+  EXPECT_EQ(sleeps_[0], absl::Milliseconds(100));
+  {
+    absl::MutexLock lock(&jobs_.mu_);
+    EXPECT_EQ(jobs_.lists_.size(), 3u);
+  }
+  // SIGINT is back to what it was (the default) once top returns.
+  struct sigaction action = {};
+  sigaction(SIGINT, nullptr, &action);
+  EXPECT_EQ(action.sa_handler, SIG_DFL);
+}
+
+TEST_F(CommandsTest, TopWithAnIntervalIntoAPipeAppendsTables) {
+  ListTwoRunningJobs(jobs_);
+  auto commands = Make();
+  int pauses = 0;
+  commands->set_sleep([&](absl::Duration) {
+    if (++pauses == 3) std::raise(SIGINT);
+  });
+  TopOptions options;
+  options.interval = absl::Milliseconds(200);
+  options.interval_given = true;
+  ASSERT_TRUE(commands->Top(options).ok());
+  const std::string out = out_.str();
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+  EXPECT_THAT(out, StartsWith("xlctl top: 2 jobs"));
+  EXPECT_THAT(out, HasSubstr("\n\nxlctl top: 2 jobs"));
+}
+
+TEST_F(CommandsTest, TopJsonPrintsTheListOnce) {
+  ListTwoRunningJobs(jobs_);
+  ASSERT_TRUE(Make(OutputFormat::kJson)->Top(TopOptions()).ok());
+  v1::ListJobsResponse response;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(out_.str(), &response).ok())
+      << out_.str();
+  ASSERT_EQ(response.jobs_size(), 2);
+  EXPECT_EQ(response.jobs(0).metrics().step(), 40);
+  EXPECT_FALSE(response.jobs(1).has_metrics());
+}
+
+TEST_F(CommandsTest, TopBadIntervalIsUsageError) {
+  TopOptions options;
+  options.interval = absl::ZeroDuration();
+  EXPECT_EQ(ExitCodeFor(Make()->Top(options)), kExitUsage);
+}
+
+TEST_F(CommandsTest, MetricsTableAndJson) {
+  SetJob("5", v1::RUNNING);
+  {
+    absl::MutexLock lock(&jobs_.mu_);
+    *jobs_.metrics_.add_points() = Metrics(10, 2.5);
+    *jobs_.metrics_.add_points() = Metrics(20, 1.75);
+  }
+  ASSERT_TRUE(Make()->Metrics("5").ok());
+  std::vector<std::string> lines =
+      absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << out_.str();
+  EXPECT_THAT(lines[0], StartsWith("TIME                 ATTEMPT  STEP"));
+  EXPECT_THAT(
+      Words(lines[2]),
+      ElementsAre("2023-11-14", "22:13:20", "1", "20/100", "1.7500", "2048.0",
+                  "125.00", "20.00", "1.00", "87.50", "3", "GiB"));
+
+  ASSERT_TRUE(Make(OutputFormat::kJson)->Metrics("5").ok());
+  v1::GetJobMetricsResponse response;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(out_.str(), &response).ok());
+  ASSERT_EQ(response.points_size(), 2);
+  EXPECT_EQ(response.points(1).step(), 20);
+  EXPECT_DOUBLE_EQ(response.points(1).loss(), 1.75);
+}
+
+TEST_F(CommandsTest, MetricsOfAJobWithoutAnySaysSo) {
+  SetJob("5", v1::RUNNING);
+  ASSERT_TRUE(Make()->Metrics("5").ok());
+  EXPECT_THAT(out_.str(), StartsWith("TIME"));
+  EXPECT_THAT(err_.str(), HasSubstr("no training metrics"));
+  absl::Status status = Make()->Metrics("404");
+  EXPECT_EQ(ExitCodeFor(status), kExitNotFound);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("no job 404"));
+}
+
+TEST_F(CommandsTest, GetShowsTheTrainingSection) {
+  SetJob("5", v1::RUNNING, /*world_size=*/8);
+  {
+    absl::MutexLock lock(&jobs_.mu_);
+    *jobs_.job_.mutable_metrics() = Metrics(40, 1.25);
+  }
+  ASSERT_TRUE(Make()->Get("5").ok());
+  EXPECT_THAT(out_.str(), HasSubstr("Training:\n  Step:"));
+  EXPECT_THAT(out_.str(), HasSubstr("40/100 (40%)"));
+  EXPECT_THAT(out_.str(), HasSubstr("87.50 Gbit/s"));
+}
+
+TEST_F(CommandsTest, RunTopOnceAndMetricsThroughTheCommandLine) {
+  ListTwoRunningJobs(jobs_);
+  SetJob("5", v1::RUNNING);
+  CommandLine top;
+  std::ostringstream out, err;
+  ASSERT_EQ(
+      top.Parse({"--server", options_.server, "top", "--once", "--queue", "q"},
+                out, err),
+      std::nullopt);
+  EXPECT_EQ(RunInvocation(top.invocation(), out, err), kExitOk) << err.str();
+  EXPECT_THAT(out.str(), StartsWith("ID "));
+  EXPECT_THAT(out.str(), HasSubstr("40/100"));
+
+  CommandLine metrics;
+  std::ostringstream out2, err2;
+  ASSERT_EQ(
+      metrics.Parse({"--server", options_.server, "metrics", "5", "-o", "yaml"},
+                    out2, err2),
+      std::nullopt);
+  EXPECT_EQ(RunInvocation(metrics.invocation(), out2, err2), kExitOk);
+
+  CommandLine bad;
+  std::ostringstream out3, err3;
+  ASSERT_EQ(
+      bad.Parse({"--server", options_.server, "top", "--interval", "soon"},
+                out3, err3),
+      std::nullopt);
+  EXPECT_EQ(RunInvocation(bad.invocation(), out3, err3), kExitUsage);
+  EXPECT_THAT(err3.str(), StartsWith("xlctl: top --interval"));
 }
 
 TEST_F(CommandsTest, RunPrintsPrefixedErrorsAndExitCodes) {

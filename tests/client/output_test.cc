@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "common/duration.h"
 #include "common/proto_text.h"
@@ -33,6 +34,15 @@ RenderContext Utc() {
 
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// The cells of a table line: text between runs of two or more spaces.
+std::vector<std::string> Cells(const std::string& line) {
+  std::vector<std::string> cells;
+  for (absl::string_view cell : absl::StrSplit(line, "  ", absl::SkipEmpty())) {
+    cells.emplace_back(absl::StripAsciiWhitespace(cell));
+  }
+  return cells;
 }
 
 v1::Job RunningJob() {
@@ -363,6 +373,206 @@ TEST(OutputTest, LogPrinterPrefixesWholeLinesPerRank) {
             "[rank 1] hello from 1\n"
             "[rank 0] half a line\n"
             "[rank 1] no newline at the end\n");
+}
+
+// Metrics of step 1200 of 5000 of a run resumed at 1000, on 4 ranks.
+v1::TrainMetrics Step1200() {
+  v1::TrainMetrics m;
+  m.set_job_id("42");
+  m.set_attempt(2);
+  m.set_step(1200);
+  m.set_total_steps(5000);
+  m.set_resumed_from_step(1000);
+  m.set_loss(0.43216);
+  m.set_samples_per_second(12345.67);
+  m.set_step_seconds(0.08530);
+  m.set_compute_seconds(0.06010);
+  m.set_allreduce_seconds(0.02025);
+  m.set_data_wait_seconds(0.005);
+  m.set_allreduce_bus_gbps(123.456);
+  m.set_peak_memory_bytes(12ull << 30);
+  *m.mutable_time() = xl::ToProtoTime(kNow - absl::Seconds(10));
+  return m;
+}
+
+v1::Job TrainingJob() {
+  v1::Job job = RunningJob();
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->clear_command();
+  for (const char* arg :
+       {"xl-train", "--spec-json", R"({"hidden_dim":2048,"steps":5000})"}) {
+    spec->add_command(arg);
+  }
+  v1::TrainSpec* train = spec->mutable_train();
+  train->set_hidden_dim(2048);
+  train->set_hidden_layers(4);
+  train->set_steps(5000);
+  train->set_learning_rate(3e-4);
+  train->set_precision(v1::BF16);
+  train->set_device("cuda");
+  train->set_checkpoint_every(200);
+  *job.mutable_metrics() = Step1200();
+  return job;
+}
+
+// The value of "  Key:  value" in the Training section.
+std::string TrainingValue(const std::string& text, const std::string& key) {
+  size_t section = text.find("\nTraining:\n");
+  if (section == std::string::npos) return "<no Training section>";
+  size_t at = text.find("\n  " + key + ":", section);
+  if (at == std::string::npos) return "<no " + key + ">";
+  size_t start = text.find_first_not_of(' ', at + 4 + key.size());
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+TEST(OutputTest, JobDetailsTrainingSection) {
+  std::string text = JobDetails(TrainingJob(), Utc());
+  EXPECT_EQ(TrainingValue(text, "Step"),
+            "1200/5000 (24%), resumed from step 1000")
+      << text;
+  EXPECT_EQ(TrainingValue(text, "Loss"), "0.4322");
+  EXPECT_EQ(TrainingValue(text, "Samples/s"), "12345.7");
+  EXPECT_EQ(TrainingValue(text, "Step time"),
+            "85.30 ms (compute 60.10 ms, all-reduce 20.25 ms, data wait "
+            "5.00 ms)");
+  EXPECT_EQ(TrainingValue(text, "All-reduce bus"), "123.46 Gbit/s");
+  EXPECT_EQ(TrainingValue(text, "Peak memory"), "12 GiB");
+  EXPECT_EQ(TrainingValue(text, "Updated"), "2023-11-14 22:13:10 (10s ago)");
+  // The section sits between the job's fields and its allocations.
+  EXPECT_LT(text.find("Reason:"), text.find("Training:"));
+  EXPECT_LT(text.find("Training:"), text.find("Allocations:"));
+}
+
+TEST(OutputTest, JobDetailsTrainingOfAFreshOneRankRun) {
+  v1::Job job = TrainingJob();
+  v1::TrainMetrics* m = job.mutable_metrics();
+  m->set_resumed_from_step(0);
+  m->set_allreduce_bus_gbps(0);
+  m->set_attempt(1);  // the job is on attempt 2: these are older
+  m->set_loss(2.5e-5);
+  std::string text = JobDetails(job, Utc());
+  EXPECT_EQ(TrainingValue(text, "Step"), "1200/5000 (24%)") << text;
+  EXPECT_EQ(TrainingValue(text, "Loss"), "2.500e-05");
+  EXPECT_EQ(TrainingValue(text, "All-reduce bus"), "- (one rank)");
+  EXPECT_EQ(TrainingValue(text, "Updated"),
+            "2023-11-14 22:13:10 (10s ago), from attempt 1");
+}
+
+TEST(OutputTest, JobDetailsWithoutMetricsHasNoTrainingSection) {
+  EXPECT_THAT(JobDetails(RunningJob(), Utc()), Not(HasSubstr("Training:")));
+}
+
+TEST(OutputTest, JobDetailsShowTrainSettingsNotTheSpecJson) {
+  std::string text = JobDetails(TrainingJob(), Utc());
+  EXPECT_THAT(text, HasSubstr("Train:"));
+  EXPECT_THAT(text,
+              HasSubstr("MLP 256->2048x4->16, batch 64/rank, 5000 steps, lr "
+                        "0.0003, precision bf16, device cuda, checkpoint "
+                        "every 200 steps"))
+      << text;
+  EXPECT_THAT(text, Not(HasSubstr("--spec-json")));
+  EXPECT_THAT(text, Not(HasSubstr("Command:")));
+}
+
+TEST(OutputTest, TrainSpecSummaryFillsTheDefaults) {
+  v1::TrainSpec train;
+  EXPECT_EQ(TrainSpecSummary(train),
+            "MLP 256->1024x2->16, batch 64/rank, 100 steps, lr 0.001, "
+            "precision auto, device auto, checkpoint on stop only");
+  train.mutable_data()->set_shards("/mnt/nvme0/data/shard-*.xls");
+  EXPECT_THAT(TrainSpecSummary(train),
+              HasSubstr(", data /mnt/nvme0/data/shard-*.xls"));
+}
+
+TEST(OutputTest, TopTableWithAndWithoutMetrics) {
+  v1::ListJobsResponse list;
+  *list.add_jobs() = TrainingJob();
+  v1::Job plain = RunningJob();
+  plain.set_id("43");
+  plain.set_state(v1::SCHEDULED);
+  plain.clear_world_size();  // not placed yet: 2 nodes x 2 ranks
+  *list.add_jobs() = plain;
+  std::string table = TopTable(list.jobs(), Utc());
+  std::vector<std::string> lines = Lines(table);
+  ASSERT_EQ(lines.size(), 3u) << table;
+  std::vector<std::string> header = Cells(lines[0]);
+  EXPECT_THAT(header, ::testing::ElementsAre(
+                          "ID", "NAME", "USER", "STATE", "NODES", "RANKS",
+                          "STEP", "LOSS", "SAMPLES/S", "STEP MS",
+                          "ALLREDUCE MS", "BUS GBIT/S", "MEM", "AGE"));
+  std::vector<std::string> training = Cells(lines[1]);
+  EXPECT_THAT(training, ::testing::ElementsAre(
+                            "42", "ddp-demo", "alice", "RUNNING", "2", "4",
+                            "1200/5000", "0.4322", "12345.7", "85.30", "20.25",
+                            "123.46", "12 GiB", "5m"))
+      << table;
+  std::vector<std::string> without = Cells(lines[2]);
+  EXPECT_THAT(without, ::testing::ElementsAre("43", "ddp-demo", "alice",
+                                              "SCHEDULED", "2", "4", "-", "-",
+                                              "-", "-", "-", "-", "-", "5m"))
+      << table;
+  // Every column starts at the same place on every line.
+  EXPECT_EQ(lines[0].find("LOSS"), lines[1].find("0.4322"));
+  EXPECT_EQ(lines[0].find("BUS GBIT/S"), lines[1].find("123.46"));
+}
+
+TEST(OutputTest, MetricsTable) {
+  v1::GetJobMetricsResponse response;
+  v1::TrainMetrics first = Step1200();
+  first.set_attempt(1);
+  first.set_step(10);
+  first.set_loss(2.7726);
+  first.set_allreduce_bus_gbps(0);
+  *first.mutable_time() = xl::ToProtoTime(kNow - absl::Minutes(2));
+  *response.add_points() = first;
+  *response.add_points() = Step1200();
+  std::string table = MetricsTable(response.points(), Utc());
+  std::vector<std::string> lines = Lines(table);
+  ASSERT_EQ(lines.size(), 3u) << table;
+  std::vector<std::string> header = Cells(lines[0]);
+  EXPECT_THAT(header,
+              ::testing::ElementsAre("TIME", "ATTEMPT", "STEP", "LOSS",
+                                     "SAMPLES/S", "STEP MS", "ALLREDUCE MS",
+                                     "DATA WAIT MS", "BUS GBIT/S", "MEM"));
+  EXPECT_THAT(Cells(lines[1]),
+              ::testing::ElementsAre("2023-11-14 22:11:20", "1", "10/5000",
+                                     "2.7726", "12345.7", "85.30", "20.25",
+                                     "5.00", "-", "12 GiB"))
+      << table;
+  std::vector<std::string> last = Cells(lines[2]);
+  EXPECT_THAT(last,
+              ::testing::ElementsAre("2023-11-14 22:13:10", "2", "1200/5000",
+                                     "0.4322", "12345.7", "85.30", "20.25",
+                                     "5.00", "123.46", "12 GiB"))
+      << table;
+}
+
+TEST(OutputTest, MetricsJsonAndYamlRoundTrip) {
+  v1::GetJobMetricsResponse response;
+  *response.add_points() = Step1200();
+  *response.add_points() = Step1200();
+  response.mutable_points(1)->set_step(1300);
+  std::string json = RenderMessage(response, OutputFormat::kJson);
+  EXPECT_THAT(json, HasSubstr("\"allreduce_bus_gbps\": 123.456"));
+  v1::GetJobMetricsResponse from_json;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json, &from_json).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(response, from_json))
+      << from_json.DebugString();
+  v1::GetJobMetricsResponse from_yaml;
+  ASSERT_TRUE(
+      xl::ParseYamlToMessage(RenderMessage(response, OutputFormat::kYaml),
+                             "output", &from_yaml)
+          .ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(response, from_yaml));
+
+  // A job with metrics and a train spec survives too (get -o json).
+  v1::Job job = TrainingJob();
+  v1::Job back;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  RenderMessage(job, OutputFormat::kJson), &back)
+                  .ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(job, back)) << back.DebugString();
 }
 
 TEST(OutputTest, FormatAge) {
