@@ -5,6 +5,7 @@ closed; every wait is bounded."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -16,7 +17,8 @@ AGENT = os.path.join(BUILD, "agent", "xl-agent")
 XLCTL = os.path.join(BUILD, "client", "xlctl")
 
 
-def inventory_yaml(name, gpus=2, cpus=16, switch="s1", rack="r1", nic_gbps=100):
+def inventory_yaml(name, gpus=2, cpus=16, switch="s1", rack="r1", nic_gbps=100,
+                   scratch="/tmp/xl-e2e-scratch"):
     lines = [
         f"hostname: {name}",
         f"labels: {{rack: {rack}, switch: {switch}}}",
@@ -30,7 +32,7 @@ def inventory_yaml(name, gpus=2, cpus=16, switch="s1", rack="r1", nic_gbps=100):
         lines[-1] = "gpus: []"
     lines += [
         "nvme:",
-        "  - {device: nvme0n1, path: /tmp/xl-e2e-scratch, capacity_bytes: 1920383410176, free_bytes: 1800000000000}",
+        f"  - {{device: nvme0n1, path: {scratch}, capacity_bytes: 1920383410176, free_bytes: 1800000000000}}",
         "nics:",
         f"  - {{name: eth0, kind: ETHERNET, gbps: {nic_gbps}}}",
     ]
@@ -86,6 +88,9 @@ class Cluster:
     def start_agent(self, name, gpus=2, **kw):
         inv = os.path.join(self.tmp, f"{name}.yaml")
         with open(inv, "w") as f:
+            # One scratch path for every node of the cluster: it stands for
+            # storage the nodes share, so a requeued job finds its checkpoints.
+            kw.setdefault("scratch", os.path.join(self.tmp, "scratch"))
             f.write(inventory_yaml(name, gpus=gpus, **kw))
         work = os.path.join(self.tmp, f"work-{name}")
         os.makedirs(work, exist_ok=True)
@@ -118,6 +123,8 @@ class Cluster:
                 p.wait(timeout=5)
         for log in self.logs:
             log.close()
+        if not os.environ.get("XL_KEEP_E2E") and not getattr(self, "keep", False):
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def log_of(self, key):
         with open(os.path.join(self.tmp, f"{key}.log"), errors="replace") as f:

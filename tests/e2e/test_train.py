@@ -1,0 +1,79 @@
+"""xl-train through the scheduler, on loopback: a 2-node x 2-rank `train`
+job (CPU, Gloo, rendezvous through the scheduler) ends SUCCEEDED with its
+metrics in `xlctl get`; killing an agent mid-run requeues the job and it
+resumes from its checkpoint, not from step 0."""
+
+import os
+import sys
+import textwrap
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cluster import Cluster, wait_until  # noqa: E402
+
+
+def train_job(steps, nodes=2, ranks=2, hidden=64, every=50, retries=0, name="train"):
+    return textwrap.dedent(f"""\
+        name: {name}
+        resources: {{nodes: {nodes}, ranks_per_node: {ranks}, gpus_per_node: 0}}
+        max_retries: {retries}
+        grace_period: 5s
+        env: {{OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1"}}
+        train:
+          input_dim: 32
+          hidden_dim: {hidden}
+          hidden_layers: 2
+          classes: 8
+          batch_per_rank: 32
+          steps: {steps}
+          learning_rate: 0.003
+          checkpoint_every: {every}
+          metrics_every: 10
+          device: cpu
+        """)
+
+
+class Training(unittest.TestCase):
+    def test_two_node_train_job_succeeds_with_metrics(self):
+        c = Cluster(agents=2, gpus=0)
+        self.addCleanup(c.close)
+        job_id = c.submit_file(train_job(steps=300))
+        r = c.xlctl("wait", job_id, "--timeout", "240s", check=False)
+        logs = c.xlctl("logs", job_id).stdout
+        job = c.job(job_id)
+        self.assertEqual(r.returncode, 0, f"{job}\n{logs}")
+        m = job.get("metrics", {})
+        self.assertEqual(int(m.get("step", 0)), 300, m)
+        self.assertEqual(int(m.get("total_steps", 0)), 300, m)
+        self.assertLess(m["loss"], 1.0, m)  # from ln(8) = 2.08 at the start
+        self.assertGreater(m["samples_per_second"], 0)
+        self.assertIn("Training", c.xlctl("get", job_id).stdout)
+        history = c.json("metrics", job_id).get("points", [])
+        self.assertGreaterEqual(len(history), 1)
+
+    def test_killed_agent_requeues_and_resumes_from_checkpoint(self):
+        c = Cluster(agents=3, gpus=0)
+        self.addCleanup(c.close)
+        steps = 4000
+        job_id = c.submit_file(train_job(steps=steps, nodes=2, ranks=1, hidden=256, every=100,
+                                         retries=1, name="resume"))
+        # Let it pass a few checkpoints, then take one of its nodes away.
+        job = wait_until("step >= 400", lambda: (lambda j: j if int(j.get("metrics", {}).get("step", 0)) >= 400 else None)(c.job(job_id)), 180)
+        self.assertEqual(job["state"], "RUNNING")
+        victim = job["allocations"][1]["node"]
+        c.kill(victim)
+        r = c.xlctl("wait", job_id, "--timeout", "300s", check=False)
+        job = c.job(job_id)
+        logs = c.xlctl("logs", job_id).stdout
+        self.assertEqual(r.returncode, 0, f"{job}\n{logs[-3000:]}")
+        self.assertEqual(job["attempt"], 2)
+        self.assertNotIn(victim, [a["node"] for a in job["allocations"]])
+        m = job["metrics"]
+        self.assertEqual(int(m["step"]), steps)
+        resumed = int(m.get("resumed_from_step", 0))
+        self.assertGreaterEqual(resumed, 400, m)  # not from step 0
+        self.assertLess(resumed, steps)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
