@@ -836,8 +836,8 @@ void Supervisor::Reap() {
 
 void Supervisor::OnLeaderExit(Process& process, int wait_status) {
   process.leader_alive = false;
-  // Output written before the exit is sent before the exit status.
-  for (Output* output : {&process.out, &process.err}) {
+  // Output and metrics written before the exit go before the exit status.
+  for (Output* output : {&process.out, &process.err, &process.metrics}) {
     if (output->fd >= 0) ReadOutput(process, *output);
     FlushPartial(process, *output);
   }

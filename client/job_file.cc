@@ -99,7 +99,7 @@ absl::StatusOr<xl::v1::JobSpec> BuildJobSpec(const std::string& path,
     auto cwd = std::filesystem::current_path(ec);
     if (!ec) spec.set_working_dir(cwd.string());
   }
-  if (spec.command().empty()) {
+  if (spec.command().empty() && !spec.has_train()) {
     return UsageError(
         path.empty()
             ? "no job file and no command: give a job file (xlctl submit "

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -290,6 +291,137 @@ TEST_F(ControllerTest, CancelPendingAndFinished) {
   absl::MutexLock lock(&mu);
   mu.Await(absl::Condition(&done));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ControllerTest, RendezvousIsScopedToTheRunningAttemptAndBlocks) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  auto start = a->WaitFor(v1::SchedulerMessage::kStartRanks).start_ranks();
+  const std::string token = start.ranks(0).env().at("XL_RENDEZVOUS_TOKEN");
+  v1::RendezvousScope scope;
+  scope.set_job_id(id);
+  scope.set_attempt(1);
+  scope.set_token("wrong");
+  v1::RendezvousPutRequest put;
+  *put.mutable_scope() = scope;
+  put.set_key("nccl/unique_id");
+  put.set_value("id-bytes");
+  EXPECT_EQ(controller_->RendezvousPut(put).code(),
+            absl::StatusCode::kPermissionDenied);
+
+  put.mutable_scope()->set_token(token);
+  v1::RendezvousGetRequest get;
+  *get.mutable_scope() = put.scope();
+  get.add_keys("nccl/unique_id");
+  absl::Mutex mu;
+  std::vector<absl::StatusOr<std::vector<std::string>>> results;
+  auto record = [&](absl::StatusOr<std::vector<std::string>> r) {
+    absl::MutexLock lock(&mu);
+    results.push_back(std::move(r));
+  };
+  controller_->RendezvousGet(get, record);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(results.empty());  // waits for the key
+  }
+  ASSERT_TRUE(controller_->RendezvousPut(put).ok());
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(results.size(), 1u);
+    ASSERT_TRUE(results[0].ok());
+    EXPECT_EQ((*results[0])[0], "id-bytes");
+  }
+  // A key nobody sets: DEADLINE_EXCEEDED naming it, on the fake clock.
+  v1::RendezvousGetRequest missing = get;
+  missing.set_keys(0, "gloo/rank3");
+  missing.mutable_timeout()->set_seconds(30);
+  controller_->RendezvousGet(missing, record);
+  clock_.Advance(absl::Seconds(31));
+  controller_->AgentMessage("a", a.get(), v1::AgentMessage());
+  controller_->Tick();
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_NE(results[1].status().message().find("gloo/rank3"), std::string::npos);
+  }
+  // Once the attempt ends its waiters are released and its scope is closed.
+  controller_->RendezvousGet(missing, record);
+  Report("a", a.get(), id, 1, 0, v1::RANK_EXITED, 1);
+  controller_->Tick();
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(results.size(), 3u);
+    EXPECT_EQ(results[2].status().code(), absl::StatusCode::kAborted);
+  }
+  EXPECT_EQ(controller_->RendezvousPut(put).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(ControllerTest, TrainJobRunsXlTrainAndKeepsRankZeroMetrics) {
+  auto a = AddNode("a", 0);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->mutable_train()->set_steps(50);
+  req.mutable_spec()->mutable_resources()->set_nodes(1);
+  std::string id;
+  bool done = false;
+  absl::Mutex mu;
+  controller_->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(r.ok()) << r.status();
+    id = r->job_id();
+    done = true;
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  controller_->Tick();
+  auto start = a->WaitFor(v1::SchedulerMessage::kStartRanks).start_ranks();
+  ASSERT_GE(start.argv_size(), 3);
+  EXPECT_EQ(start.argv(0), "xl-train");
+  EXPECT_EQ(start.argv(1), "--spec-json");
+  EXPECT_NE(start.argv(2).find("\"steps\":50"), std::string::npos) << start.argv(2);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  v1::AgentMessage msg;
+  auto* m = msg.mutable_metrics();
+  m->set_job_id(id);
+  m->set_attempt(1);
+  m->set_rank(0);
+  m->set_step(10);
+  m->set_total_steps(50);
+  m->set_loss(0.75);
+  controller_->AgentMessage("a", a.get(), msg);
+  m->set_rank(1);  // only rank 0 speaks for the job
+  m->set_loss(9);
+  controller_->AgentMessage("a", a.get(), msg);
+  auto job = *controller_->GetJob(id);
+  EXPECT_EQ(job.metrics().step(), 10);
+  EXPECT_DOUBLE_EQ(job.metrics().loss(), 0.75);
+  ASSERT_TRUE(store_->WriteSync([](store::Tx&) { return absl::OkStatus(); }).ok());
+  auto history = controller_->GetJobMetrics(id);
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->points_size(), 1);
+  EXPECT_EQ(history->points(0).step(), 10);
+}
+
+TEST_F(ControllerTest, BadTrainSpecIsRejectedNamingTheField) {
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->mutable_train()->set_hidden_dim(-4);
+  absl::Status status;
+  bool done = false;
+  absl::Mutex mu;
+  controller_->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
+    absl::MutexLock lock(&mu);
+    status = r.status();
+    done = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "train.hidden_dim")) << status;
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
 }
 
 }  // namespace

@@ -1,0 +1,240 @@
+// Checkpoint writing (atomic, fsynced) and the scan for the newest valid
+// one. Stateless; the caller serializes writes to one directory.
+#include "agent/worker/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace xl::worker {
+namespace {
+
+constexpr char kMagic[4] = {'X', 'L', 'C', '1'};
+constexpr size_t kHeaderBytes = 4 + 4 + 8 * 4;
+
+absl::Status Errno(int err, const std::string& what) {
+  absl::StatusCode code = absl::StatusCode::kInternal;
+  if (err == ENOSPC || err == EDQUOT)
+    code = absl::StatusCode::kResourceExhausted;
+  if (err == ENOENT) code = absl::StatusCode::kNotFound;
+  if (err == EACCES || err == EPERM || err == EROFS) {
+    code = absl::StatusCode::kPermissionDenied;
+  }
+  return absl::Status(code, absl::StrCat(what, ": ", std::strerror(err)));
+}
+
+template <typename T>
+void Append(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+template <typename T>
+T ReadAt(const std::string& buf, size_t off) {
+  T v;
+  std::memcpy(&v, buf.data() + off, sizeof(v));
+  return v;
+}
+
+absl::Status WriteAll(int fd, const char* p, size_t n,
+                      const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Errno(errno, "write " + path);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "open " + dir);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Errno(err, "fsync " + dir);
+  return absl::OkStatus();
+}
+
+// Steps of the ckpt-<step>.xlc files in dir, ascending.
+absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return steps;
+    return Errno(errno, "opendir " + dir);
+  }
+  while (struct dirent* e = ::readdir(d)) {
+    absl::string_view name = e->d_name;
+    if (!absl::ConsumePrefix(&name, "ckpt-")) continue;
+    if (!absl::ConsumeSuffix(&name, ".xlc")) continue;
+    int64_t step;
+    if (absl::SimpleAtoi(name, &step) && step >= 0) steps.push_back(step);
+  }
+  ::closedir(d);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+}  // namespace
+
+uint64_t Fnv1a64(const void* data, size_t size, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+uint64_t ConfigFingerprint(const TrainConfig& config) {
+  std::vector<int32_t> w;
+  for (int x : config.Widths()) w.push_back(x);
+  return Fnv1a64(w.data(), w.size() * sizeof(int32_t));
+}
+
+std::string CheckpointPath(const std::string& dir, int64_t step) {
+  return absl::StrCat(dir, "/ckpt-", step, ".xlc");
+}
+
+absl::Status WriteCheckpoint(const std::string& dir, const TrainState& state,
+                             uint64_t fingerprint, int keep) {
+  const uint64_t count = state.params.size();
+  if (state.m.size() != count || state.v.size() != count) {
+    return absl::InvalidArgumentError("checkpoint: params, m, v sizes differ");
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Errno(errno, "mkdir " + dir);
+  }
+  std::string buf;
+  buf.reserve(kHeaderBytes + 3 * count * sizeof(float) + 8);
+  buf.append(kMagic, 4);
+  Append<uint32_t>(&buf, kCheckpointVersion);
+  Append<uint64_t>(&buf, static_cast<uint64_t>(state.step));
+  Append<uint64_t>(&buf, fingerprint);
+  Append<uint64_t>(&buf, count);
+  Append<uint64_t>(&buf, static_cast<uint64_t>(state.adam_t));
+  for (const auto* vec : {&state.params, &state.m, &state.v}) {
+    buf.append(reinterpret_cast<const char*>(vec->data()),
+               count * sizeof(float));
+  }
+  Append<uint64_t>(&buf, Fnv1a64(buf.data(), buf.size()));
+
+  const std::string path = CheckpointPath(dir, state.step);
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(errno, "open " + tmp);
+  absl::Status st = WriteAll(fd, buf.data(), buf.size(), tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = Errno(errno, "fsync " + tmp);
+  if (::close(fd) != 0 && st.ok()) st = Errno(errno, "close " + tmp);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = Errno(errno, "rename " + tmp);
+  }
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  if (absl::Status s = FsyncDir(dir); !s.ok()) return s;
+
+  auto steps = ListSteps(dir);
+  if (!steps.ok()) return steps.status();
+  for (size_t i = 0; i + keep < steps->size(); ++i) {
+    ::unlink(CheckpointPath(dir, (*steps)[i]).c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path,
+                                          uint64_t fingerprint, int64_t count) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "open " + path);
+  std::string buf;
+  char chunk[1 << 16];
+  for (;;) {
+    ssize_t r = ::read(fd, chunk, sizeof(chunk));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return Errno(err, "read " + path);
+    }
+    if (r == 0) break;
+    buf.append(chunk, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  if (buf.size() < kHeaderBytes + 8 ||
+      std::memcmp(buf.data(), kMagic, 4) != 0) {
+    return absl::DataLossError("not a checkpoint (bad magic or too short)");
+  }
+  const uint32_t version = ReadAt<uint32_t>(buf, 4);
+  if (version != kCheckpointVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("version ", version, ", expected ", kCheckpointVersion));
+  }
+  const uint64_t n = ReadAt<uint64_t>(buf, 24);
+  const size_t want = kHeaderBytes + 3 * n * sizeof(float) + 8;
+  if (n > (1ull << 40) || buf.size() != want) {
+    return absl::DataLossError(absl::StrCat(
+        "size ", buf.size(), " bytes, ", "expected ", want, " (truncated?)"));
+  }
+  const uint64_t sum = ReadAt<uint64_t>(buf, buf.size() - 8);
+  if (sum != Fnv1a64(buf.data(), buf.size() - 8)) {
+    return absl::DataLossError("checksum mismatch (corrupt)");
+  }
+  if (ReadAt<uint64_t>(buf, 16) != fingerprint ||
+      n != static_cast<uint64_t>(count)) {
+    return absl::FailedPreconditionError(
+        "model shape differs from this job's (config fingerprint mismatch)");
+  }
+  TrainState s;
+  s.step = static_cast<int64_t>(ReadAt<uint64_t>(buf, 8));
+  s.adam_t = static_cast<int64_t>(ReadAt<uint64_t>(buf, 32));
+  size_t off = kHeaderBytes;
+  for (auto* vec : {&s.params, &s.m, &s.v}) {
+    vec->resize(n);
+    std::memcpy(vec->data(), buf.data() + off, n * sizeof(float));
+    off += n * sizeof(float);
+  }
+  return s;
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir,
+                                                      uint64_t fingerprint,
+                                                      int64_t count) {
+  LoadedCheckpoint out;
+  auto steps = ListSteps(dir);
+  if (!steps.ok()) return steps.status();
+  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+    const std::string path = CheckpointPath(dir, *it);
+    absl::StatusOr<TrainState> s = ReadCheckpoint(path, fingerprint, count);
+    if (s.ok() && s->step != *it) {
+      s = absl::DataLossError(
+          absl::StrCat("holds step ", s->step, ", its name says ", *it));
+    }
+    if (!s.ok()) {
+      std::string why = absl::StrCat(path, ": ", s.status().message());
+      std::cerr << "xl-train: warning: skipping checkpoint " << why << "\n";
+      out.skipped.push_back(std::move(why));
+      continue;
+    }
+    out.state = *std::move(s);
+    out.path = path;
+    break;
+  }
+  return out;
+}
+
+}  // namespace xl::worker

@@ -1,0 +1,64 @@
+// GlooCollective: the CPU Collective over Gloo's TCP transport. Ranks meet
+// through our Rendezvous (a gloo::rendezvous::Store adapter, keys prefixed
+// "gloo/"), then form a full mesh; AllReduceMean is Gloo's ring all-reduce
+// (sum) scaled by 1/size, so every rank ends with bitwise the same values.
+// One instance per rank, used from one thread.
+#ifndef XL_AGENT_WORKER_GLOO_COLLECTIVE_H_
+#define XL_AGENT_WORKER_GLOO_COLLECTIVE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "agent/worker/collective.h"
+#include "agent/worker/rendezvous.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace xl::worker {
+
+struct GlooOptions {
+  // The address peers reach this rank at; empty: XL_NODE_ADDRESS, else
+  // MASTER_ADDR, else 127.0.0.1.
+  std::string hostname;
+  // Connection and per-operation timeout: a dead peer becomes UNAVAILABLE.
+  absl::Duration timeout = absl::Seconds(120);
+  // Prefix of the rendezvous keys (distinct per group when one rendezvous
+  // serves several groups, as in tests).
+  std::string key_prefix = "gloo/";
+};
+
+class GlooCollective : public Collective {
+ public:
+  // Connects rank `rank` of `size` through `rendezvous` (not owned; used
+  // only during Create). UNAVAILABLE naming the host when the mesh cannot be
+  // formed (a peer never arrives, an address is unreachable).
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(
+      int rank, int size, Rendezvous* rendezvous, const GlooOptions& options);
+  ~GlooCollective() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status AllReduceMean(float* data, size_t count) override;
+  absl::Status Broadcast(float* data, size_t count, int root) override;
+  absl::Status Barrier() override;
+
+ private:
+  GlooCollective(int rank, int size, std::string host, absl::Duration timeout);
+  uint32_t NextTag() { return tag_++; }
+
+  const int rank_;
+  const int size_;
+  const std::string host_;
+  const absl::Duration timeout_;
+  std::shared_ptr<gloo::Context> context_;  // null when size_ == 1
+  uint32_t tag_ = 1;
+};
+
+}  // namespace xl::worker
+
+#endif  // XL_AGENT_WORKER_GLOO_COLLECTIVE_H_

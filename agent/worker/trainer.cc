@@ -1,0 +1,261 @@
+// The CPU training loop. On CPU the gradient all-reduce runs after the whole
+// backward pass, bucket by bucket (sequentially); overlapping it with
+// backward is a GPU-path feature (streams), and on a CPU the cores that
+// would overlap it are the ones doing the GEMMs anyway.
+#include "agent/worker/trainer.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "agent/worker/adamw.h"
+#include "agent/worker/checkpoint.h"
+#include "agent/worker/data.h"
+#include "agent/worker/data_shards.h"
+#include "common/duration.h"
+#include "common/status.h"
+
+namespace xl::worker {
+namespace {
+
+// Packs int64 values into float slots bit for bit, so a float Broadcast can
+// carry them (broadcast copies bytes, never does arithmetic).
+void PackInt64(int64_t v, float* out) { std::memcpy(out, &v, sizeof(v)); }
+int64_t UnpackInt64(const float* in) {
+  int64_t v;
+  std::memcpy(&v, in, sizeof(v));
+  return v;
+}
+
+double Seconds(absl::Time a, absl::Time b) {
+  return absl::ToDoubleSeconds(b - a);
+}
+
+std::atomic<bool> g_stop{false};
+
+void OnSigterm(int) { g_stop.store(true); }
+
+}  // namespace
+
+std::atomic<bool>* SigtermFlag() { return &g_stop; }
+
+void InstallSigtermHandler() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnSigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+std::vector<std::pair<int64_t, int64_t>> GradientBuckets(
+    const std::vector<LayerSpan>& layers, uint64_t bucket_bytes) {
+  std::vector<std::pair<int64_t, int64_t>> buckets;
+  int64_t end = -1, begin = -1;
+  for (size_t i = layers.size(); i-- > 0;) {
+    const LayerSpan& s = layers[i];
+    const int64_t layer_end = s.b_offset + s.b_size;
+    if (end < 0) end = layer_end;
+    begin = s.w_offset;
+    if (static_cast<uint64_t>(end - begin) * sizeof(float) >= bucket_bytes) {
+      buckets.emplace_back(begin, end - begin);
+      end = -1;
+    }
+  }
+  if (end >= 0) buckets.emplace_back(begin, end - begin);
+  return buckets;
+}
+
+absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
+                         Collective* collective, MetricsSink* sink,
+                         const std::string& checkpoint_dir,
+                         const TrainOptions& options) {
+  if (collective->size() != info.world || collective->rank() != info.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "collective is rank ", collective->rank(), " of ", collective->size(),
+        ", but this is rank ", info.rank, " of ", info.world));
+  }
+  const int rank = info.rank;
+  const int world = info.world;
+  const int batch = config.batch_per_rank;
+
+  Mlp model(config);
+  model.Init();
+  AdamW opt(AdamW::WeightMask(model.layers(), model.param_count()),
+            config.learning_rate, config.weight_decay);
+  const int64_t count = model.param_count();
+  const uint64_t fingerprint = ConfigFingerprint(config);
+
+  // Resume: rank 0 finds the newest valid checkpoint and broadcasts it, so
+  // every rank holds bitwise the same state.
+  int64_t start = 0;
+  {
+    float header[4] = {0, 0, 0, 0};  // found, (pad), step (2 slots)
+    TrainState loaded;
+    if (rank == 0 && !checkpoint_dir.empty()) {
+      auto r = LoadNewestCheckpoint(checkpoint_dir, fingerprint, count);
+      if (!r.ok()) return r.status();
+      if (r->state.has_value()) {
+        loaded = *std::move(r->state);
+        header[0] = 1;
+        PackInt64(loaded.step, &header[2]);
+        std::printf("xl-train: resuming from %s (step %lld)\n", r->path.c_str(),
+                    static_cast<long long>(loaded.step));
+      }
+    }
+    if (absl::Status st = collective->Broadcast(header, 4, 0); !st.ok()) {
+      return st;
+    }
+    if (header[0] == 1) {
+      start = UnpackInt64(&header[2]);
+      if (rank == 0) {
+        model.params() = std::move(loaded.params);
+        opt.m() = std::move(loaded.m);
+        opt.v() = std::move(loaded.v);
+      }
+      // AdamW's t equals the steps completed (one update per step).
+      opt.set_t(start);
+      for (float* p : {model.params().data(), opt.m().data(), opt.v().data()}) {
+        if (absl::Status st = collective->Broadcast(p, count, 0); !st.ok()) {
+          return st;
+        }
+      }
+    }
+  }
+
+  std::unique_ptr<SyntheticData> synthetic;
+  std::unique_ptr<ShardReader> reader;
+  if (config.shards.empty()) {
+    synthetic = std::make_unique<SyntheticData>(config);
+  } else {
+    auto r = ShardReader::Open(config.shards, config, rank, world, start);
+    if (!r.ok()) return r.status();
+    reader = *std::move(r);
+  }
+  std::vector<float> x(static_cast<size_t>(batch) * config.input_dim);
+  std::vector<int32_t> labels(batch);
+  const auto buckets = GradientBuckets(model.layers(), config.bucket_bytes);
+  const uint64_t grad_bytes = static_cast<uint64_t>(count) * sizeof(float);
+  const uint64_t worker_bytes =
+      model.allocated_bytes() + opt.allocated_bytes() +
+      x.capacity() * sizeof(float) + labels.capacity() * sizeof(int32_t);
+
+  // Interval accumulators for the metrics.
+  absl::Time interval_start = absl::Now();
+  int64_t interval_steps = 0;
+  double t_compute = 0, t_allreduce = 0, t_data = 0, t_step = 0;
+
+  for (int64_t step = start; step < config.steps; ++step) {
+    const absl::Time t0 = absl::Now();
+    if (synthetic) {
+      synthetic->Batch(step, rank, world, x.data(), labels.data());
+    } else if (absl::Status st = reader->Next(x.data(), labels.data());
+               !st.ok()) {
+      return st;
+    }
+    const absl::Time t1 = absl::Now();
+    const float loss = model.ForwardBackward(x.data(), labels.data(), batch);
+    const absl::Time t2 = absl::Now();
+    for (const auto& [off, n] : buckets) {
+      absl::Status st =
+          collective->AllReduceMean(model.grads().data() + off, n);
+      if (!st.ok()) return st;
+    }
+    const absl::Time t3 = absl::Now();
+    // The step's loss (mean over ranks) and the stop vote, in one tiny
+    // all-reduce, so that all ranks stop after the same step.
+    const bool stop_here = options.stop != nullptr &&
+                           options.stop->load(std::memory_order_relaxed);
+    float scalars[2] = {loss, stop_here ? 1.0f : 0.0f};
+    if (absl::Status st = collective->AllReduceMean(scalars, 2); !st.ok()) {
+      return st;
+    }
+    const bool stopping = scalars[1] > 0;
+    opt.Step(model.params().data(), model.grads().data());
+    const absl::Time t4 = absl::Now();
+
+    t_data += Seconds(t0, t1);
+    t_compute += Seconds(t1, t2) + Seconds(t3, t4);
+    t_allreduce += Seconds(t2, t3);
+    t_step += Seconds(t0, t4);
+    ++interval_steps;
+    const int64_t done = step + 1;
+
+    if (rank == 0 && (done % config.metrics_every == 0 ||
+                      done == config.steps || stopping)) {
+      v1::TrainMetrics m;
+      m.set_job_id(info.job_id);
+      m.set_attempt(info.attempt);
+      m.set_rank(rank);
+      m.set_step(done);
+      m.set_loss(scalars[0]);
+      const double wall = Seconds(interval_start, absl::Now());
+      const double k = static_cast<double>(interval_steps);
+      m.set_samples_per_second(wall > 0 ? k * world * batch / wall : 0);
+      m.set_step_seconds(t_step / k);
+      m.set_compute_seconds(t_compute / k);
+      m.set_allreduce_seconds(t_allreduce / k);
+      m.set_data_wait_seconds(t_data / k);
+      if (world > 1 && t_allreduce > 0) {
+        m.set_allreduce_bus_gbps(2.0 * (world - 1) / world *
+                                 static_cast<double>(grad_bytes) * 8 * k /
+                                 t_allreduce / 1e9);
+      }
+      m.set_peak_memory_bytes(worker_bytes);
+      *m.mutable_time() = ToProtoTime(absl::Now());
+      m.set_resumed_from_step(start);
+      m.set_total_steps(config.steps);
+      if (sink != nullptr) sink->Report(m);
+      interval_start = absl::Now();
+      interval_steps = 0;
+      t_compute = t_allreduce = t_data = t_step = 0;
+    }
+
+    const bool periodic =
+        config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
+    if (rank == 0 && !checkpoint_dir.empty() && (periodic || stopping)) {
+      TrainState s;
+      s.step = done;
+      s.adam_t = opt.t();
+      s.params = model.params();
+      s.m = opt.m();
+      s.v = opt.v();
+      absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
+                                        options.keep_checkpoints);
+      if (!st.ok()) {
+        if (stopping) return Annotate(st, "final checkpoint");
+        // A periodic checkpoint that fails costs progress, not the run.
+        std::cerr << "xl-train: warning: checkpoint at step " << done
+                  << " failed: " << st.message() << "\n";
+      }
+    }
+    if (stopping) {
+      if (options.final_params) *options.final_params = model.params();
+      return absl::CancelledError(absl::StrCat(
+          "stopped by SIGTERM after step ", done,
+          checkpoint_dir.empty()
+              ? " (no checkpoint dir, nothing saved)"
+              : absl::StrCat("; checkpoint ",
+                             CheckpointPath(checkpoint_dir, done))));
+    }
+    if (options.crash_after_steps > 0 && done == options.crash_after_steps) {
+      return absl::AbortedError(
+          absl::StrCat("simulated crash after step ", done));
+    }
+  }
+  if (options.final_params) *options.final_params = model.params();
+  if (rank == 0) {
+    std::printf("xl-train: done, %lld steps; worker memory %s, peak RSS %s\n",
+                static_cast<long long>(config.steps),
+                HumanBytes(worker_bytes).c_str(),
+                HumanBytes(ProcessPeakRssBytes()).c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xl::worker

@@ -1,0 +1,137 @@
+// Checkpoint files: round trip, atomic naming, keep-last-3, and that the
+// newest corrupt, truncated or mismatched file is skipped with a warning.
+#include "agent/worker/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace xl::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/xl-ckpt-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static TrainState State(int64_t step, int n) {
+    TrainState s;
+    s.step = step;
+    s.adam_t = step;
+    for (int i = 0; i < n; ++i) {
+      s.params.push_back(0.25f * i + step);
+      s.m.push_back(-0.5f * i);
+      s.v.push_back(1e-3f * i + step);
+    }
+    return s;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, RoundTripAndKeepsTheLastThree) {
+  const uint64_t fp = 42;
+  for (int64_t step : {5, 10, 15, 20}) {
+    ASSERT_TRUE(WriteCheckpoint(dir_, State(step, 9), fp).ok());
+  }
+  EXPECT_FALSE(fs::exists(CheckpointPath(dir_, 5)));
+  for (int64_t step : {10, 15, 20}) {
+    EXPECT_TRUE(fs::exists(CheckpointPath(dir_, step)));
+  }
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir_)) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 3) << "no temp files are left behind";
+  auto r = LoadNewestCheckpoint(dir_, fp, 9);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->state.has_value());
+  TrainState want = State(20, 9);
+  EXPECT_EQ(r->state->step, 20);
+  EXPECT_EQ(r->state->adam_t, 20);
+  EXPECT_EQ(r->state->params, want.params);
+  EXPECT_EQ(r->state->m, want.m);
+  EXPECT_EQ(r->state->v, want.v);
+  EXPECT_TRUE(r->skipped.empty());
+}
+
+TEST_F(CheckpointTest, MissingOrEmptyDirectoryStartsFresh) {
+  auto r = LoadNewestCheckpoint(dir_ + "/nope", 1, 3);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->state.has_value());
+  r = LoadNewestCheckpoint(dir_, 1, 3);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->state.has_value());
+}
+
+TEST_F(CheckpointTest, SkipsCorruptTruncatedAndMismatched) {
+  const uint64_t fp = 7;
+  ASSERT_TRUE(WriteCheckpoint(dir_, State(10, 50), fp, 10).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir_, State(20, 50), fp, 10).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir_, State(30, 50), fp, 10).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir_, State(40, 50), fp + 1, 10).ok());
+  // 30: one flipped byte in the middle of the params.
+  {
+    std::fstream f(CheckpointPath(dir_, 30),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c;
+    f.seekg(100);
+    f.get(c);
+    f.seekp(100);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  // 20: truncated, as a crash before rename can not leave it but a broken
+  // disk or a copy can.
+  fs::resize_file(CheckpointPath(dir_, 20),
+                  fs::file_size(CheckpointPath(dir_, 20)) - 13);
+
+  testing::internal::CaptureStderr();
+  auto r = LoadNewestCheckpoint(dir_, fp, 50);
+  std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->state.has_value());
+  EXPECT_EQ(r->state->step, 10);
+  EXPECT_EQ(r->path, CheckpointPath(dir_, 10));
+  ASSERT_EQ(r->skipped.size(), 3u);
+  EXPECT_NE(err.find(CheckpointPath(dir_, 40)), std::string::npos) << err;
+  EXPECT_NE(err.find("fingerprint"), std::string::npos) << err;
+  EXPECT_NE(err.find(CheckpointPath(dir_, 30)), std::string::npos) << err;
+  EXPECT_NE(err.find("checksum"), std::string::npos) << err;
+  EXPECT_NE(err.find(CheckpointPath(dir_, 20)), std::string::npos) << err;
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+
+  // A different parameter count is refused too.
+  testing::internal::CaptureStderr();
+  r = LoadNewestCheckpoint(dir_, fp, 51);
+  testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->state.has_value());
+}
+
+TEST_F(CheckpointTest, UnwritableDirectoryIsAnError) {
+  auto st = WriteCheckpoint("/proc/xl-no-such-dir", State(1, 2), 1);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/proc/xl-no-such-dir"), std::string::npos);
+}
+
+TEST(Fingerprint, DependsOnShapeOnly) {
+  TrainConfig a, b;
+  b.learning_rate = 0.5;
+  b.steps = 7;
+  EXPECT_EQ(ConfigFingerprint(a), ConfigFingerprint(b));
+  b.hidden_dim = 512;
+  EXPECT_NE(ConfigFingerprint(a), ConfigFingerprint(b));
+}
+
+}  // namespace
+}  // namespace xl::worker
