@@ -22,7 +22,7 @@ def load_stubs():
     out = tempfile.mkdtemp(prefix="xl-pystubs-")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT}/proto",
                     f"--python_out={out}", f"--grpc_python_out={out}",
-                    *[f"{ROOT}/proto/xl/v1/{n}.proto" for n in ("node", "job", "scheduler", "agent")]],
+                    *[f"{ROOT}/proto/xl/v1/{n}.proto" for n in ("plan", "node", "job", "scheduler", "agent", "rendezvous")]],
                    check=True)
     sys.path.insert(0, out)
     import grpc  # noqa: F401

@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""CPU training throughput: xl-train (CBLAS + Gloo) against PyTorch DDP
+(python3-torch, gloo) with the same MLP, batch, ranks and threads per rank, at
+a small, a medium and a GEMM-bound size. Prints samples/s for both, the
+ratio, and which BLAS each side used.
+
+    tests/bench/train_bench.py --build-dir build [--ranks 2] [--threads 1]
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZES = [  # name, input, hidden, layers, classes, batch, steps, warmup, goal
+    ("small", 32, 64, 2, 8, 32, 400, 100, 1.5),
+    ("medium", 256, 1024, 2, 16, 64, 60, 10, 1.5),
+    ("gemm-bound", 1024, 4096, 2, 16, 256, 8, 2, 1.0),
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def system_blas():
+    try:
+        return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    except OSError:
+        return "unknown"
+
+
+def run_xl(xl_train, size, ranks, threads):
+    name, inp, hid, layers, classes, batch, steps, warmup, _ = size
+    spec = json.dumps({"input_dim": inp, "hidden_dim": hid, "hidden_layers": layers,
+                       "classes": classes, "batch_per_rank": batch, "steps": steps,
+                       "metrics_every": warmup, "device": "cpu", "learning_rate": 1e-3})
+    tmp = tempfile.mkdtemp(prefix="xl-train-bench-")
+    procs, metrics_r = [], None
+    try:
+        for r in range(ranks):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), XL_JOB_ID="bench",
+                       XL_ATTEMPT="1", OMP_NUM_THREADS=str(threads),
+                       OPENBLAS_NUM_THREADS=str(threads), XL_NODE_ADDRESS="127.0.0.1")
+            pass_fds = ()
+            if r == 0:
+                metrics_r, metrics_w = os.pipe()
+                env["XL_METRICS_FD"] = str(metrics_w)
+                pass_fds = (metrics_w,)
+            procs.append(subprocess.Popen(
+                [xl_train, "--spec-json", spec, "--rendezvous-dir", tmp,
+                 "--checkpoint-dir", os.path.join(tmp, f"ckpt{r}")],
+                env=env, pass_fds=pass_fds, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            if r == 0:
+                os.close(metrics_w)
+        with os.fdopen(metrics_r) as f:
+            lines = [json.loads(l) for l in f if l.strip()]
+        for p in procs:
+            if p.wait(timeout=900) != 0:
+                sys.exit(f"train_bench: xl-train failed: {p.stderr.read().decode()[-2000:]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # Reports cover metrics_every steps each; the first one holds the warm-up.
+    timed = lines[1:] or lines
+    samples = sum((int(m["step"]) - int(prev["step"])) for prev, m in zip(lines, lines[1:])) if len(lines) > 1 else 0
+    if samples == 0:
+        return timed[-1]["samples_per_second"]
+    seconds = sum((int(m["step"]) - int(prev["step"])) / m["samples_per_second"]
+                  for prev, m in zip(lines, lines[1:]))
+    return samples / seconds
+
+
+def run_torch(size, ranks, threads):
+    name, inp, hid, layers, classes, batch, steps, warmup, _ = size
+    port = free_port()
+    procs = []
+    for r in range(ranks):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads))
+        procs.append(subprocess.Popen(
+            ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_mlp.py"), "--input", str(inp),
+             "--hidden", str(hid), "--layers", str(layers), "--classes", str(classes),
+             "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
+             "--threads", str(threads)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out = None
+    for r, p in enumerate(procs):
+        stdout, stderr = p.communicate(timeout=900)
+        if p.returncode != 0:
+            sys.exit(f"train_bench: torch rank {r} failed: {stderr[-2000:]}")
+        if r == 0:
+            out = json.loads(stdout.strip().splitlines()[-1])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default="build")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", default="", help="comma-separated size names")
+    a = ap.parse_args()
+    xl_train = os.path.join(a.build_dir, "agent", "worker", "xl-train")
+    print(f"ranks {a.ranks}, threads/rank {a.threads}; xl-train BLAS: {system_blas()} "
+          f"(libblas.so.3 through Debian's alternatives)")
+    rows = []
+    for size in SIZES:
+        if a.only and size[0] not in a.only.split(","):
+            continue
+        xl = run_xl(xl_train, size, a.ranks, a.threads)
+        torch = run_torch(size, a.ranks, a.threads)
+        rows.append((size, xl, torch))
+    print(f"\n{'size':<11} {'model':<22} {'batch':>5} {'xl samples/s':>13} {'torch samples/s':>16} {'ratio':>6} {'goal':>5}  torch BLAS")
+    for size, xl, torch in rows:
+        name, inp, hid, layers, classes, batch = size[:6]
+        model = f"{inp}->{hid}x{layers}->{classes}"
+        ratio = xl / torch["samples_per_second"]
+        goal = size[8]
+        print(f"{name:<11} {model:<22} {batch:>5} {xl:>13.0f} {torch['samples_per_second']:>16.0f} "
+              f"{ratio:>6.2f} {goal:>4.1f}x {'met' if ratio >= goal else 'NOT met'}  {torch['blas']}")
+
+
+if __name__ == "__main__":
+    main()
