@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -74,6 +75,14 @@ struct CommandLine::Flags {
   std::vector<std::string> after_dashes;
   bool saw_dashes = false;
   std::vector<std::pair<std::string, CLI::App*>> subcommands;
+  // plan's count flags (--params, --layers, ...) and the options of each.
+  std::map<std::string, std::string> plan_counts;
+  std::map<std::string, CLI::Option*> plan_count_opts;
+  double plan_mfu = 0, plan_comm_share = 0;
+  int plan_zero = 0;
+  CLI::Option* plan_mfu_opt = nullptr;
+  CLI::Option* plan_comm_share_opt = nullptr;
+  CLI::Option* plan_zero_opt = nullptr;
 };
 
 CommandLine::CommandLine()
@@ -292,6 +301,88 @@ CommandLine::CommandLine()
   drain->add_option("--reason", inv.reason, "why (shown with the node)");
   CLI::App* resume = add("resume", "Let a drained node take new jobs again.");
   node_arg(resume);
+
+  AddPlanCommand(add("plan",
+                     "What configuration a training needs: memory per GPU, "
+                     "GPUs and nodes, checkpoint and NVMe, read rate, "
+                     "all-reduce and NIC bandwidth, step time and time to "
+                     "train, with the arithmetic shown."));
+}
+
+void CommandLine::AddPlanCommand(CLI::App* plan) {
+  Invocation& inv = invocation_;
+  Flags& f = *flags_;
+  plan->footer(
+      "Give the model as --params N, or as a transformer shape --layers L "
+      "--hidden H --heads A --vocab V --seq S [--ffn F] (which also counts "
+      "the activations; --seq with --params gives the step time). Counts "
+      "take 7.5e9, 7.5B, 70B, 2T, 1.5M.\n"
+      "Memory model: mixed precision AdamW is 16 bytes per parameter "
+      "(bf16 weights 2 + gradients 2 + fp32 master 4 + Adam m 4 + v 4; "
+      "ZeRO, Rajbhandari et al. 2020), divided by --tp x --pp, then by the "
+      "data-parallel degree as --zero says; activations per Korthikanti et "
+      "al. 2022; workspace max(1 GiB, 5%). GB is 1e9 bytes, GiB 2^30.\n"
+      "Online by default: the scheduler plans against its live GPUs "
+      "(PlanResources); when it cannot be reached xlctl says so on stderr "
+      "and plans with the built-in GPU catalogue, as --offline does.\n"
+      "-o json|yaml print the xl.v1.Plan message.\n"
+      "Global flags (--server, --user, --timeout, -o) and exit codes: "
+      "'xlctl --help'.");
+  const std::map<std::string, std::string> help = {
+      {"--params", "parameters, like 7.5B (or give the transformer shape)"},
+      {"--layers", "transformer layers L"},
+      {"--hidden", "hidden size h"},
+      {"--heads", "attention heads a"},
+      {"--vocab", "vocabulary size V"},
+      {"--seq", "sequence length s (tokens per sample)"},
+      {"--ffn", "feed-forward hidden size (default 4h)"},
+      {"--tp", "tensor-parallel degree t (default 1)"},
+      {"--pp", "pipeline-parallel degree p (default 1)"},
+      {"--micro-batch", "sequences per GPU per micro-step (default 1)"},
+      {"--global-batch",
+       "sequences per optimizer step (default micro-batch x data-parallel)"},
+      {"--dataset-tokens", "tokens in the dataset (one epoch is trained)"},
+      {"--dataset-bytes", "bytes of the dataset on disk"},
+      {"--train-tokens", "tokens to train for (default --dataset-tokens)"},
+      {"--gpus", "total GPUs, when fixed (default: the fewest that fit)"},
+      {"--gpus-per-node", "GPUs per node (default 8, or the fleet's)"},
+      {"--checkpoints", "checkpoints kept on NVMe (default 2)"},
+  };
+  for (int i = 0; i < kPlanCountFlagCount; ++i) {
+    const std::string name = kPlanCountFlags[i];
+    f.plan_count_opts[name] =
+        plan->add_option(name, f.plan_counts[name], help.at(name));
+  }
+  plan->add_option("--precision", inv.plan.precision,
+                   "fp32, bf16 (default; fp32 master weights) or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}, CLI::ignore_case));
+  plan->add_option("--optimizer", inv.plan.optimizer,
+                   "adamw (default), sgd (with momentum) or adafactor")
+      ->check(CLI::IsMember({"adamw", "sgd", "adafactor"}, CLI::ignore_case));
+  f.plan_zero_opt =
+      plan->add_option("--zero", f.plan_zero,
+                       "ZeRO stage: 0 none (default), 1 optimizer states, 2 "
+                       "+ gradients, 3 + weights")
+          ->check(CLI::Range(0, 3));
+  plan->add_flag("--fsdp", inv.plan.fsdp, "FSDP full shard (= --zero 3)")
+      ->excludes(f.plan_zero_opt);
+  plan->add_option("--recompute", inv.plan.recompute,
+                   "activation recomputation: none (default), selective, "
+                   "full")
+      ->check(CLI::IsMember({"none", "selective", "full"}, CLI::ignore_case));
+  plan->add_flag("--sequence-parallel", inv.plan.sequence_parallel,
+                 "Megatron sequence parallelism (with --tp > 1)");
+  plan->add_option("--gpu", inv.plan.gpu,
+                   "plan for this GPU model: H100-80GB, H100-PCIe-80GB, "
+                   "A100-80GB, A100-40GB, H200, L40S, A40, A30, L4, "
+                   "V100-32GB, or an NVML name (default: every model)");
+  f.plan_mfu_opt = plan->add_option(
+      "--mfu", f.plan_mfu, "model FLOPs utilization, in (0, 1] (default 0.4)");
+  f.plan_comm_share_opt = plan->add_option(
+      "--comm-share", f.plan_comm_share,
+      "share of the step the all-reduce may take (default 0.25)");
+  plan->add_flag("--offline", inv.plan.offline,
+                 "do not ask the scheduler; use the built-in GPU catalogue");
 }
 
 CommandLine::~CommandLine() = default;
@@ -317,6 +408,14 @@ void CommandLine::Resolve() {
   if (f.rank_opt->count() > 0) inv.logs.rank = f.rank;
   if (f.wait_timeout_opt->count() > 0) inv.wait_timeout = f.wait_timeout;
   if (f.top_interval_opt->count() > 0) inv.top_interval = f.top_interval;
+  for (const auto& [name, opt] : f.plan_count_opts) {
+    if (opt->count() > 0) inv.plan.counts[name] = f.plan_counts[name];
+  }
+  if (f.plan_zero_opt->count() > 0) inv.plan.zero = f.plan_zero;
+  if (f.plan_mfu_opt->count() > 0) inv.plan.mfu = f.plan_mfu;
+  if (f.plan_comm_share_opt->count() > 0) {
+    inv.plan.comm_share = f.plan_comm_share;
+  }
 }
 
 std::optional<int> CommandLine::Parse(std::vector<std::string> args,
@@ -394,6 +493,10 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
   if (c == "node") return commands.Node(inv.node);
   if (c == "drain") return commands.Drain(inv.node, inv.reason);
   if (c == "resume") return commands.Resume(inv.node);
+  if (c == "plan") {
+    ASSIGN_OR_RETURN(PlanOptions options, BuildPlanOptions(inv.plan));
+    return commands.Plan(options);
+  }
   return UsageError(absl::StrCat("unknown command \"", c,
                                  "\"; run 'xlctl --help' for the commands"));
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/commands.h"
+#include "client/plan_command.h"
 
 namespace CLI {
 class App;
@@ -30,8 +31,8 @@ struct Invocation {
   std::string output = "table";
 
   // The subcommand: "submit", "get", "list", "queue", "cancel", "logs",
-  // "watch", "wait", "top", "metrics", "nodes", "node", "drain" or
-  // "resume".
+  // "watch", "wait", "top", "metrics", "nodes", "node", "drain",
+  // "resume" or "plan".
   std::string command;
   SubmitOptions submit;
   ListOptions list;
@@ -48,6 +49,8 @@ struct Invocation {
   std::string reason;
   // --timeout of wait.
   std::optional<std::string> wait_timeout;
+  // The flags of plan, as given.
+  PlanFlags plan;
 };
 
 class CommandLine {
@@ -68,6 +71,7 @@ class CommandLine {
 
  private:
   void Resolve();
+  void AddPlanCommand(CLI::App* plan);
 
   std::unique_ptr<CLI::App> app_;
   Invocation invocation_;

@@ -19,6 +19,7 @@
 #include "client/connection.h"
 #include "client/job_file.h"
 #include "client/output.h"
+#include "client/plan_command.h"
 #include "common/clock.h"
 #include "xl/v1/job.pb.h"
 
@@ -102,6 +103,11 @@ class Commands {
   absl::Status Node(const std::string& name);
   absl::Status Drain(const std::string& name, const std::string& reason);
   absl::Status Resume(const std::string& name);
+  // What a training needs (PlanResources against the live fleet). When the
+  // scheduler is unreachable or has no PlanResources, says so on `err` and
+  // plans offline with the built-in GPU catalogue; options.offline skips the
+  // call. -o json|yaml print the Plan. Defined in plan_command.cc.
+  absl::Status Plan(const PlanOptions& options);
 
  private:
   RenderContext Context() const;

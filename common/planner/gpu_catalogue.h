@@ -18,12 +18,12 @@ namespace xl::planner {
 // the vendor's data sheets, in TFLOP/s; 0 means the precision is not
 // supported (V100 has no bf16).
 struct GpuSpec {
-  const char* name;        // short, catalogue name: "H100-SXM-80GB"
-  uint64_t memory_bytes;   // total device memory as NVML reports it
-  double bf16_tflops;      // bf16 tensor core, fp32 accumulation
-  double fp16_tflops;      // fp16 tensor core, fp32 accumulation
-  double tf32_tflops;      // tf32 tensor core
-  double fp32_tflops;      // plain fp32 (CUDA cores)
+  const char* name;       // short, catalogue name: "H100-SXM-80GB"
+  uint64_t memory_bytes;  // total device memory as NVML reports it
+  double bf16_tflops;     // bf16 tensor core, fp32 accumulation
+  double fp16_tflops;     // fp16 tensor core, fp32 accumulation
+  double tf32_tflops;     // tf32 tensor core
+  double fp32_tflops;     // plain fp32 (CUDA cores)
 
   // The dense peak at `precision` (BF16, FP16 or FP32; FP32 means plain fp32,
   // not tf32, as xl-train's reference mode runs). 0 when unsupported.

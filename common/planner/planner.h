@@ -73,13 +73,16 @@
 //   step time, bytes per sample = dataset_bytes / (dataset_tokens / s) (MLP:
 //   4·input + 4, xl-train's shard record).
 //
-// Network: gradient bytes per replica G = Ψ/(t·p) × (2 mixed, 4 fp32). Ring
-//   all-reduce sends 2(Nd−1)/Nd·G per GPU; ZeRO-2 (reduce-scatter + all-gather
-//   of weights) the same; ZeRO-3 3(Nd−1)/Nd·G (weights gathered in forward
-//   and backward). Every GPU of a node sends through the node's NICs
-//   (conservative: no hierarchical reduction), so NIC Gbit/s per node =
-//   per-GPU bytes × GPUs per node × 8 / (comm_share × step) / 1e9; 0 on one
-//   node (NVLink/PCIe).
+// Network: gradient bytes per replica G = Ψ/(t·p) × (2 mixed, 4 fp32; the
+//   MLP all-reduces fp32). Ring all-reduce sends 2(Nd−1)/Nd·G per GPU; ZeRO-2
+//   (reduce-scatter + all-gather of weights) the same; ZeRO-3 3(Nd−1)/Nd·G
+//   (weights gathered in forward and backward). NCCL orders each ring by
+//   node, so a data-parallel group's ring crosses a node's NICs once, and a
+//   node holds min(GPUs per node, t·p) groups (one per model-parallel rank),
+//   which share the node's NICs: NIC Gbit/s per node = per-GPU ring bytes ×
+//   min(GPUs per node, t·p) × 8 / (comm_share × step) / 1e9; 0 on one node
+//   (NVLink/PCIe). (A flat model where every GPU's ring traffic leaves the
+//   node would be GPUs-per-node / (t·p) times higher.)
 #ifndef XL_COMMON_PLANNER_PLANNER_H_
 #define XL_COMMON_PLANNER_PLANNER_H_
 
