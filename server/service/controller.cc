@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
 #include "common/status.h"
+#include "common/planner/planner.h"
 #include "server/scheduler/job_spec.h"
 
 namespace xl::service {
@@ -664,7 +665,9 @@ void Controller::Submit(
     const std::string& user, v1::SubmitJobRequest request,
     std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
   v1::JobSpec spec = std::move(*request.mutable_spec());
-  absl::Status valid = scheduler::ValidateJobSpec(&spec);
+  v1::Plan plan;
+  absl::Status valid = SizeFromModel(&spec, &plan);
+  if (valid.ok()) valid = scheduler::ValidateJobSpec(&spec);
   if (!valid.ok()) {
     done(valid);
     return;
@@ -722,6 +725,7 @@ void Controller::Submit(
                        spec.resources().ranks_per_node());
     *job.mutable_create_time() = ToProtoTime(clock_->Now());
     job.set_reason("waiting for the next scheduling pass");
+    if (plan.parameters() > 0) *job.mutable_plan() = std::move(plan);
     rec->request_key = spec.resources().SerializeAsString();
     *job.mutable_spec() = std::move(spec);
     v1::JobEvent e;
@@ -1307,6 +1311,112 @@ void Controller::ServeWaiters(After* after) {
       ++it;
     }
   }
+}
+
+}  // namespace xl::service
+
+namespace xl::service {
+namespace {
+
+std::vector<planner::FleetGpu> FleetOf(
+    const std::vector<v1::NodeInventory>& inventories) {
+  std::vector<planner::FleetGpu> fleet;
+  for (const auto& inv : inventories) {
+    std::map<std::string, planner::FleetGpu> by_model;
+    for (const auto& g : inv.gpus()) {
+      planner::FleetGpu& f = by_model[g.model()];
+      f.model = g.model();
+      f.memory_bytes = std::max<uint64_t>(f.memory_bytes, g.memory_bytes());
+      ++f.count;
+    }
+    for (auto& [model, f] : by_model) {
+      f.gpus_per_node = f.count;
+      fleet.push_back(f);
+    }
+  }
+  return fleet;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Plan> Controller::PlanResources(const v1::ModelSpec& model) {
+  RETURN_IF_ERROR(planner::ValidateModelSpec(model));
+  std::vector<v1::NodeInventory> inventories;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, node] : nodes_) {
+      if (!node.lost) inventories.push_back(node.inventory);
+    }
+  }
+  return planner::MakePlan(model, FleetOf(inventories));
+}
+
+absl::Status Controller::SizeFromModel(v1::JobSpec* spec, v1::Plan* plan) {
+  v1::ModelSpec model;
+  bool derive_all = false;
+  if (spec->has_model()) {
+    model = spec->model();
+    derive_all = true;
+  } else if (spec->has_train()) {
+    // xl-train's MLP, with xl-train's defaults (agent/worker/train_config.h).
+    const v1::TrainSpec& t = spec->train();
+    v1::MlpShape* mlp = model.mutable_mlp();
+    mlp->set_input_dim(t.input_dim() > 0 ? t.input_dim() : 256);
+    mlp->set_hidden_dim(t.hidden_dim() > 0 ? t.hidden_dim() : 1024);
+    mlp->set_hidden_layers(t.hidden_layers() > 0 ? t.hidden_layers() : 2);
+    mlp->set_classes(t.classes() > 0 ? t.classes() : 16);
+    model.set_micro_batch_size(t.batch_per_rank() > 0 ? t.batch_per_rank() : 64);
+    const bool cpu = t.device() == "cpu" ||
+                     (t.device().empty() && spec->resources().gpus_per_node() == 0);
+    if (cpu) {
+      model.set_gpu_model(planner::kCpuDevice);
+      model.set_precision(v1::FP32);
+    } else {
+      model.set_precision(t.precision());
+    }
+    if (planner::ValidateModelSpec(model).ok() == false) return absl::OkStatus();
+    *spec->mutable_model() = model;
+  } else {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(*plan, PlanResources(model));
+  auto* r = spec->mutable_resources();
+  const uint64_t per_rank = plan->memory_per_gpu().total_bytes();
+  if (model.gpu_model() == planner::kCpuDevice) {
+    if (r->memory_bytes_per_node() == 0) {
+      const int ranks = r->ranks_per_node() > 0 ? r->ranks_per_node() : 1;
+      r->set_memory_bytes_per_node(per_rank * static_cast<uint64_t>(ranks));
+    }
+    return absl::OkStatus();
+  }
+  bool fits_fleet = false, any_fleet = false;
+  for (const auto& g : plan->gpus_that_fit()) {
+    if (g.in_fleet() > 0) any_fleet = true;
+    if (g.in_fleet() > 0 && g.fits()) fits_fleet = true;
+  }
+  if (any_fleet && !fits_fleet) {
+    std::string why = absl::StrCat(
+        "model: needs ", HumanBytes(per_rank), " per GPU (",
+        plan->model().micro_batch_size(), " per micro-batch), and no GPU of the "
+        "fleet has that much");
+    for (const auto& w : plan->warnings()) absl::StrAppend(&why, "; ", w);
+    absl::StrAppend(&why, "; shard with model.sharding (ZERO_3), use tensor or "
+                          "pipeline parallelism, or lower micro_batch_size "
+                          "(xlctl plan shows the arithmetic)");
+    return absl::InvalidArgumentError(why);
+  }
+  if (r->min_gpu_memory_bytes() == 0) r->set_min_gpu_memory_bytes(per_rank);
+  if (derive_all) {
+    if (r->gpus_per_node() == 0) {
+      r->set_gpus_per_node(std::max(1, std::min(plan->gpus(),
+                                                plan->model().gpus_per_node())));
+    }
+    if (r->nodes() == 0) r->set_nodes(std::max(1, plan->nodes()));
+    if (r->nvme_bytes_per_node() == 0) {
+      r->set_nvme_bytes_per_node(plan->nvme_bytes_per_node());
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace xl::service

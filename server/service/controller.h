@@ -101,6 +101,9 @@ class Controller {
   absl::StatusOr<v1::GetJobMetricsResponse> GetJobMetrics(
       const std::string& job_id);
 
+  // What the model needs, against the GPUs of the nodes not lost.
+  absl::StatusOr<v1::Plan> PlanResources(const v1::ModelSpec& model);
+
   // --- RendezvousService ---
   // Both check that the scope names the running attempt of a job and carries
   // its token (PERMISSION_DENIED otherwise).
@@ -221,6 +224,11 @@ class Controller {
   void ServeWaiters(After* after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleMetrics(const v1::TrainMetrics& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sizes a job from its model (or an xl-train job from its MLP): fills the
+  // resources left at 0 and records the plan; INVALID_ARGUMENT with the
+  // numbers when it fits on no GPU of the fleet.
+  absl::Status SizeFromModel(v1::JobSpec* spec, v1::Plan* plan)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   store::Store* const store_;
   const Clock* const clock_;

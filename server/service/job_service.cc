@@ -118,6 +118,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::PlanResources(
+    grpc::CallbackServerContext* ctx, const v1::PlanResourcesRequest* request,
+    v1::Plan* response) {
+  auto* reactor = ctx->DefaultReactor();
+  FinishWith(reactor, controller_->PlanResources(request->model()), response);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Put(
     grpc::CallbackServerContext* ctx, const v1::RendezvousPutRequest* request,
     v1::RendezvousPutResponse* response) {

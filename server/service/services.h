@@ -36,6 +36,9 @@ class JobServiceImpl : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetQueue(grpc::CallbackServerContext* ctx,
                                      const v1::GetQueueRequest* request,
                                      v1::GetQueueResponse* response) override;
+  grpc::ServerUnaryReactor* PlanResources(
+      grpc::CallbackServerContext* ctx, const v1::PlanResourcesRequest* request,
+      v1::Plan* response) override;
   grpc::ServerUnaryReactor* GetJobMetrics(
       grpc::CallbackServerContext* ctx, const v1::GetJobMetricsRequest* request,
       v1::GetJobMetricsResponse* response) override;

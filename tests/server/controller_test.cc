@@ -84,9 +84,11 @@ class ControllerTest : public ::testing::Test {
     reg.set_name(name);
     reg.mutable_inventory()->set_hostname(name);
     reg.mutable_inventory()->set_cpus(8);
+    reg.mutable_inventory()->set_memory_bytes(64ull << 30);
     for (int i = 0; i < gpus; ++i) {
       auto* g = reg.mutable_inventory()->add_gpus();
       g->set_index(i);
+      g->set_model("NVIDIA H100 80GB HBM3");
       g->set_memory_bytes(80ull << 30);
     }
     auto* nic = reg.mutable_inventory()->add_nics();
@@ -397,6 +399,11 @@ TEST_F(ControllerTest, TrainJobRunsXlTrainAndKeepsRankZeroMetrics) {
   m->set_loss(9);
   controller_->AgentMessage("a", a.get(), msg);
   auto job = *controller_->GetJob(id);
+  // Its model was filled in from the MLP, and its memory derived from it.
+  EXPECT_EQ(job.spec().model().mlp().hidden_dim(), 1024);
+  EXPECT_GT(job.plan().memory_per_gpu().total_bytes(), 0u);
+  EXPECT_EQ(job.spec().resources().memory_bytes_per_node(),
+            job.plan().memory_per_gpu().total_bytes());
   EXPECT_EQ(job.metrics().step(), 10);
   EXPECT_DOUBLE_EQ(job.metrics().loss(), 0.75);
   ASSERT_TRUE(store_->WriteSync([](store::Tx&) { return absl::OkStatus(); }).ok());
@@ -404,6 +411,64 @@ TEST_F(ControllerTest, TrainJobRunsXlTrainAndKeepsRankZeroMetrics) {
   ASSERT_TRUE(history.ok());
   ASSERT_EQ(history->points_size(), 1);
   EXPECT_EQ(history->points(0).step(), 10);
+}
+
+absl::StatusOr<v1::SubmitJobResponse> SubmitSync(Controller* c,
+                                                  v1::SubmitJobRequest req) {
+  absl::Mutex mu;
+  bool done = false;
+  absl::StatusOr<v1::SubmitJobResponse> out;
+  c->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
+    absl::MutexLock lock(&mu);
+    out = std::move(r);
+    done = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  return out;
+}
+
+TEST_F(ControllerTest, JobSizedFromItsModel) {
+  auto a = AddNode("a", 8);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->add_command("/bin/true");
+  auto* model = req.mutable_spec()->mutable_model();
+  model->set_parameters(7.5e9);
+  model->set_sharding(v1::ZERO_3);
+  model->set_gpus(64);
+  auto r = SubmitSync(controller_.get(), req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto job = *controller_->GetJob(r->job_id());
+  const auto& res = job.spec().resources();
+  EXPECT_EQ(res.gpus_per_node(), 8);
+  EXPECT_EQ(res.nodes(), 8);
+  EXPECT_EQ(res.min_gpu_memory_bytes(), job.plan().memory_per_gpu().total_bytes());
+  // ZeRO-3 over 64 GPUs: 16 B x 7.5e9 / 64 = 1.875 GB of model states each.
+  const auto& m = job.plan().memory_per_gpu();
+  EXPECT_EQ(m.weights_bytes() + m.gradients_bytes() + m.optimizer_bytes() +
+                m.master_weights_bytes(),
+            1875000000u);
+  EXPECT_FALSE(job.plan().arithmetic().empty());
+  // 8 nodes are needed and one exists: it waits, saying so.
+  controller_->Tick();
+  EXPECT_NE(controller_->GetJob(r->job_id())->reason().find("8 nodes"),
+            std::string::npos);
+}
+
+TEST_F(ControllerTest, ModelThatFitsNowhereIsRejectedWithNumbers) {
+  auto a = AddNode("a", 8);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->add_command("/bin/true");
+  req.mutable_spec()->mutable_model()->set_parameters(7.5e9);  // 120 GB/GPU
+  req.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
+  auto r = SubmitSync(controller_.get(), req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(r.status().message(), "model: needs")) << r.status();
+  EXPECT_NE(r.status().message().find("ZERO_3"), std::string::npos);
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
+  auto plan = controller_->PlanResources(req.spec().model());
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->warnings().empty());
 }
 
 TEST_F(ControllerTest, BadTrainSpecIsRejectedNamingTheField) {
