@@ -164,6 +164,37 @@ class JobLifecycle(E2E):
         self.assertEqual(len(self.c.json("list").get("jobs", [])), before)
 
 
+class Planning(E2E):
+    def test_plan_against_the_fleet_and_a_job_sized_from_its_model(self):
+        plan = self.c.json("plan", "--params", "7.5e9", "--zero", "3", "--gpus", "64")
+        fleet = [g for g in plan["gpus_that_fit"] if g.get("in_fleet")]
+        self.assertEqual(len(fleet), 1, plan["gpus_that_fit"])
+        self.assertEqual(fleet[0]["in_fleet"], 6)  # 3 agents x 2 GPUs
+        self.assertIn("1.9 GB", self.c.xlctl("plan", "--params", "7.5e9", "--zero", "3",
+                                             "--gpus", "64").stdout)
+        # A job that carries its model: the scheduler derives its resources.
+        job_id = self.c.submit_file(textwrap.dedent(f"""\
+            name: sized
+            command: ["/bin/true"]
+            working_dir: {self.c.tmp}
+            model: {{parameters: 1.0e9, sharding: ZERO_3, gpus: 4, gpus_per_node: 2}}
+            """))
+        job = self.c.job(job_id)
+        res = job["spec"]["resources"]
+        self.assertEqual(res["gpus_per_node"], 2)
+        self.assertEqual(res["nodes"], 2)
+        self.assertEqual(int(res["min_gpu_memory_bytes"]),
+                         int(job["plan"]["memory_per_gpu"]["total_bytes"]))
+        self.assertEqual(self.c.xlctl("wait", job_id, "--timeout", "60", check=False).returncode, 0)
+        # One that fits on no GPU of the fleet is refused with the numbers.
+        path = os.path.join(self.c.tmp, "huge.yaml")
+        with open(path, "w") as f:
+            f.write("name: huge\ncommand: [/bin/true]\nmodel: {parameters: 70e9}\n")
+        r = self.c.xlctl("submit", path, check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("model: needs", r.stderr)
+
+
 class NodeLoss(E2E):
     agents = 2
 
