@@ -318,9 +318,7 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   };
   sample_memory();
 
-  absl::Time interval_start = absl::Now();
-  int64_t interval_steps = 0;
-  double t_compute = 0, t_allreduce = 0, t_data = 0, t_step = 0;
+  MetricsInterval interval;
   absl::Time timed_start = absl::Now();
   int64_t timed_steps = 0;
   const int64_t first_timed = start + options.warmup_steps;
@@ -395,45 +393,31 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
     const bool stopping = h_scalars[1] > 0;
     last_loss = loss;
 
-    t_data += Seconds(t0, t1) + ElapsedSeconds(ev_copy_start, ev_copy_done);
-    const double ar = ElapsedSeconds(ev_ar_start, ev_ar_done);
-    t_allreduce += ar;
-    t_compute += ElapsedSeconds(ev_start, ev_bwd_done) +
-                 ElapsedSeconds(ev_ar_done, ev_step_done);
-    t_step += Seconds(t0, t4);
-    ++interval_steps;
+    interval.AddStep(
+        Seconds(t0, t1) + ElapsedSeconds(ev_copy_start, ev_copy_done),
+        ElapsedSeconds(ev_start, ev_bwd_done) +
+            ElapsedSeconds(ev_ar_done, ev_step_done),
+        ElapsedSeconds(ev_ar_start, ev_ar_done), Seconds(t0, t4));
     if (step >= first_timed) ++timed_steps;
     const int64_t done = step + 1;
 
     if (rank == 0 && (done % config.metrics_every == 0 ||
                       done == config.steps || stopping)) {
       sample_memory();
-      v1::TrainMetrics m;
-      m.set_job_id(info.job_id);
-      m.set_attempt(info.attempt);
-      m.set_rank(rank);
-      m.set_step(done);
-      m.set_loss(loss);
-      const double wall = Seconds(interval_start, absl::Now());
-      const double k = static_cast<double>(interval_steps);
-      m.set_samples_per_second(wall > 0 ? k * world * batch / wall : 0);
-      m.set_step_seconds(t_step / k);
-      m.set_compute_seconds(t_compute / k);
-      m.set_allreduce_seconds(t_allreduce / k);
-      m.set_data_wait_seconds(t_data / k);
-      if (world > 1 && t_allreduce > 0) {
-        m.set_allreduce_bus_gbps(2.0 * (world - 1) / world *
-                                 static_cast<double>(grad_bytes) * 8 * k /
-                                 t_allreduce / 1e9);
-      }
-      m.set_peak_memory_bytes(peak_used);
-      *m.mutable_time() = ToProtoTime(absl::Now());
-      m.set_resumed_from_step(start);
-      m.set_total_steps(config.steps);
+      MetricsInterval::Report report;
+      report.job_id = info.job_id;
+      report.attempt = info.attempt;
+      report.rank = rank;
+      report.world = world;
+      report.batch_per_rank = batch;
+      report.step = done;
+      report.loss = loss;
+      report.grad_bytes = grad_bytes;
+      report.peak_memory_bytes = peak_used;
+      report.resumed_from_step = start;
+      report.total_steps = config.steps;
+      v1::TrainMetrics m = interval.Finish(report);
       if (sink != nullptr) sink->Report(m);
-      interval_start = absl::Now();
-      interval_steps = 0;
-      t_compute = t_allreduce = t_data = t_step = 0;
     }
 
     const bool periodic =

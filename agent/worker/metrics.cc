@@ -52,4 +52,43 @@ void FdMetricsSink::Report(const v1::TrainMetrics& metrics) {
   std::fflush(stdout);
 }
 
+void MetricsInterval::AddStep(double data_s, double compute_s,
+                              double allreduce_s, double step_s) {
+  data_ += data_s;
+  compute_ += compute_s;
+  allreduce_ += allreduce_s;
+  step_ += step_s;
+  ++steps_;
+}
+
+v1::TrainMetrics MetricsInterval::Finish(const Report& r) {
+  v1::TrainMetrics m;
+  m.set_job_id(r.job_id);
+  m.set_attempt(r.attempt);
+  m.set_rank(r.rank);
+  m.set_step(r.step);
+  m.set_loss(r.loss);
+  const absl::Time now = absl::Now();
+  const double wall = absl::ToDoubleSeconds(now - start_);
+  const double k = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
+  m.set_samples_per_second(
+      wall > 0 ? static_cast<double>(steps_) * r.world * r.batch_per_rank / wall
+               : 0);
+  m.set_step_seconds(step_ / k);
+  m.set_compute_seconds(compute_ / k);
+  m.set_allreduce_seconds(allreduce_ / k);
+  m.set_data_wait_seconds(data_ / k);
+  if (r.world > 1 && allreduce_ > 0) {
+    m.set_allreduce_bus_gbps(2.0 * (r.world - 1) / r.world *
+                             static_cast<double>(r.grad_bytes) * 8 * k /
+                             allreduce_ / 1e9);
+  }
+  m.set_peak_memory_bytes(r.peak_memory_bytes);
+  *m.mutable_time() = ToProtoTime(now);
+  m.set_resumed_from_step(r.resumed_from_step);
+  m.set_total_steps(r.total_steps);
+  *this = MetricsInterval();
+  return m;
+}
+
 }  // namespace xl::worker

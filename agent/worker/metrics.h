@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "xl/v1/job.pb.h"
 
 namespace xl::worker {
@@ -19,6 +20,37 @@ class MetricsSink {
  public:
   virtual ~MetricsSink() = default;
   virtual void Report(const v1::TrainMetrics& metrics) = 0;
+};
+
+// One reporting interval of a trainer (CPU or CUDA): the steps' time split,
+// turned into a TrainMetrics at the end of the interval. Not thread-safe.
+class MetricsInterval {
+ public:
+  // What the report says besides the interval's timings.
+  struct Report {
+    std::string job_id;
+    int attempt = 0;
+    int rank = 0;
+    int world = 1;
+    int batch_per_rank = 0;
+    int64_t step = 0;  // completed steps
+    float loss = 0;
+    uint64_t grad_bytes = 0;  // all-reduced per step
+    uint64_t peak_memory_bytes = 0;
+    int64_t resumed_from_step = 0;
+    int64_t total_steps = 0;
+  };
+
+  MetricsInterval() : start_(absl::Now()) {}
+  void AddStep(double data_s, double compute_s, double allreduce_s,
+               double step_s);
+  // The interval's metrics; starts the next interval.
+  v1::TrainMetrics Finish(const Report& report);
+
+ private:
+  absl::Time start_;
+  int64_t steps_ = 0;
+  double data_ = 0, compute_ = 0, allreduce_ = 0, step_ = 0;
 };
 
 // "step 20/100 loss 0.4321 samples/s 12345 step 1.2ms compute 0.9ms

@@ -145,9 +145,7 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
       x.capacity() * sizeof(float) + labels.capacity() * sizeof(int32_t);
 
   // Interval accumulators for the metrics.
-  absl::Time interval_start = absl::Now();
-  int64_t interval_steps = 0;
-  double t_compute = 0, t_allreduce = 0, t_data = 0, t_step = 0;
+  MetricsInterval interval;
 
   for (int64_t step = start; step < config.steps; ++step) {
     const absl::Time t0 = absl::Now();
@@ -178,41 +176,26 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
     opt.Step(model.params().data(), model.grads().data());
     const absl::Time t4 = absl::Now();
 
-    t_data += Seconds(t0, t1);
-    t_compute += Seconds(t1, t2) + Seconds(t3, t4);
-    t_allreduce += Seconds(t2, t3);
-    t_step += Seconds(t0, t4);
-    ++interval_steps;
+    interval.AddStep(Seconds(t0, t1), Seconds(t1, t2) + Seconds(t3, t4),
+                     Seconds(t2, t3), Seconds(t0, t4));
     const int64_t done = step + 1;
 
     if (rank == 0 && (done % config.metrics_every == 0 ||
                       done == config.steps || stopping)) {
-      v1::TrainMetrics m;
-      m.set_job_id(info.job_id);
-      m.set_attempt(info.attempt);
-      m.set_rank(rank);
-      m.set_step(done);
-      m.set_loss(scalars[0]);
-      const double wall = Seconds(interval_start, absl::Now());
-      const double k = static_cast<double>(interval_steps);
-      m.set_samples_per_second(wall > 0 ? k * world * batch / wall : 0);
-      m.set_step_seconds(t_step / k);
-      m.set_compute_seconds(t_compute / k);
-      m.set_allreduce_seconds(t_allreduce / k);
-      m.set_data_wait_seconds(t_data / k);
-      if (world > 1 && t_allreduce > 0) {
-        m.set_allreduce_bus_gbps(2.0 * (world - 1) / world *
-                                 static_cast<double>(grad_bytes) * 8 * k /
-                                 t_allreduce / 1e9);
-      }
-      m.set_peak_memory_bytes(worker_bytes);
-      *m.mutable_time() = ToProtoTime(absl::Now());
-      m.set_resumed_from_step(start);
-      m.set_total_steps(config.steps);
+      MetricsInterval::Report report;
+      report.job_id = info.job_id;
+      report.attempt = info.attempt;
+      report.rank = rank;
+      report.world = world;
+      report.batch_per_rank = batch;
+      report.step = done;
+      report.loss = scalars[0];
+      report.grad_bytes = grad_bytes;
+      report.peak_memory_bytes = worker_bytes;
+      report.resumed_from_step = start;
+      report.total_steps = config.steps;
+      v1::TrainMetrics m = interval.Finish(report);
       if (sink != nullptr) sink->Report(m);
-      interval_start = absl::Now();
-      interval_steps = 0;
-      t_compute = t_allreduce = t_data = t_step = 0;
     }
 
     const bool periodic =
