@@ -2,14 +2,15 @@
 # The main job of the README's quick start: installs what is missing, builds
 # xl, starts a one-machine cluster (xl-scheduler --dev with two xl-agent
 # processes), runs the PyTorch DDP example as a 2-node x 2-rank job through
-# xlctl, shows its progress, logs and final state, and stops the cluster.
+# xlctl, then xl's own training worker (xl-train, Gloo) the same way, shows
+# progress, logs, metrics and final states, and stops the cluster.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${XL_BUILD_DIR:-$ROOT/build}"
 
 "$ROOT/deploy/install-deps"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target xl-scheduler xl-agent xlctl
+cmake --build "$BUILD" -j "$(nproc)" --target xl-scheduler xl-agent xlctl xl-train
 
 RUN="$(mktemp -d /tmp/xl-quickstart-XXXXXX)"
 "$BUILD/server/xl-scheduler" --dev --agents 2 --listen 127.0.0.1:0 \
@@ -44,5 +45,20 @@ echo
 echo "== the job (xlctl get $JOB)"
 "$XLCTL" get "$JOB"
 echo
-if [ "$STATUS" -eq 0 ]; then echo "quickstart: job $JOB SUCCEEDED"; else echo "quickstart: job $JOB did not succeed (xlctl wait exited $STATUS)" >&2; fi
+if [ "$STATUS" -ne 0 ]; then
+  echo "quickstart: job $JOB did not succeed (xlctl wait exited $STATUS)" >&2
+  exit "$STATUS"
+fi
+echo "quickstart: job $JOB SUCCEEDED"
+
+echo
+echo "== submit deploy/examples/train-mlp.yaml: xl-train, 2 nodes x 2 ranks, Gloo"
+TRAIN="$("$XLCTL" submit train-mlp.yaml)"
+echo "job $TRAIN"
+"$XLCTL" wait "$TRAIN" --timeout 600s >/dev/null || STATUS=$?
+"$XLCTL" logs "$TRAIN" --rank 0 | tail -n 12
+echo
+"$XLCTL" get "$TRAIN" | sed -n '/^State:/p;/^Train:/p;/^Training:/,/^Allocations:/p'
+echo
+if [ "$STATUS" -eq 0 ]; then echo "quickstart: job $TRAIN SUCCEEDED"; else echo "quickstart: job $TRAIN did not succeed (xlctl wait exited $STATUS)" >&2; fi
 exit "$STATUS"
