@@ -49,15 +49,17 @@ NodeCapacity NodeCapacity::Empty(std::string name,
 
 std::string DescribeRequest(const v1::ResourceRequest& req) {
   std::vector<std::string> parts;
-  std::string gpus = absl::StrCat(req.gpus_per_node(), " GPU",
-                                  req.gpus_per_node() == 1 ? "" : "s");
-  if (req.min_gpu_memory_bytes() > 0) {
-    absl::StrAppend(&gpus, " >= ", HumanBytes(req.min_gpu_memory_bytes()));
+  if (req.gpus_per_node() > 0) {
+    std::string gpus = absl::StrCat(req.gpus_per_node(), " GPU",
+                                    req.gpus_per_node() == 1 ? "" : "s");
+    if (req.min_gpu_memory_bytes() > 0) {
+      absl::StrAppend(&gpus, " >= ", HumanBytes(req.min_gpu_memory_bytes()));
+    }
+    if (req.gpu_models_size() > 0) {
+      absl::StrAppend(&gpus, " of ", absl::StrJoin(req.gpu_models(), " or "));
+    }
+    parts.push_back(gpus);
   }
-  if (req.gpu_models_size() > 0) {
-    absl::StrAppend(&gpus, " of ", absl::StrJoin(req.gpu_models(), " or "));
-  }
-  parts.push_back(gpus);
   if (req.cpus_per_node() > 0) {
     parts.push_back(absl::StrCat(req.cpus_per_node(), " CPUs"));
   }
@@ -71,8 +73,10 @@ std::string DescribeRequest(const v1::ResourceRequest& req) {
   if (req.nic_gbps_per_node() > 0) {
     parts.push_back(absl::StrFormat("%g Gbit/s NIC", req.nic_gbps_per_node()));
   }
-  return absl::StrCat(req.nodes(), " node", req.nodes() == 1 ? "" : "s",
-                      " x (", absl::StrJoin(parts, ", "), ")");
+  std::string nodes =
+      absl::StrCat(req.nodes(), " node", req.nodes() == 1 ? "" : "s");
+  if (parts.empty()) return nodes;
+  return absl::StrCat(nodes, " x (", absl::StrJoin(parts, ", "), ")");
 }
 
 std::string FitOnNode(const NodeCapacity& node, const v1::ResourceRequest& req,

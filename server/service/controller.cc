@@ -780,7 +780,7 @@ absl::StatusOr<v1::Job> Controller::GetJob(const std::string& job_id) {
   JobRecord* rec = FindJob(job_id);
   if (rec == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("job ", job_id, " does not exist; see xlctl list"));
+        absl::StrCat("job ", job_id, " does not exist"));
   }
   return rec->job;
 }
@@ -835,7 +835,7 @@ void Controller::Cancel(const std::string& user,
     JobRecord* rec = FindJob(request.job_id());
     if (rec == nullptr) {
       error = absl::NotFoundError(absl::StrCat(
-          "job ", request.job_id(), " does not exist; see xlctl list"));
+          "job ", request.job_id(), " does not exist"));
     } else if (IsTerminal(rec->job.state())) {
       error = absl::FailedPreconditionError(
           absl::StrCat("job ", request.job_id(), " already ended ",
@@ -913,7 +913,7 @@ absl::Status Controller::ReadEvents(const std::string& job_id,
   JobRecord* rec = FindJob(job_id);
   if (rec == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("job ", job_id, " does not exist; see xlctl list"));
+        absl::StrCat("job ", job_id, " does not exist"));
   }
   for (const auto& e : rec->events) {
     if (e.seq() > after_seq && e.seq() <= rec->committed_event_seq) {
@@ -933,7 +933,7 @@ absl::Status Controller::JobFinished(const std::string& job_id,
   JobRecord* rec = FindJob(job_id);
   if (rec == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("job ", job_id, " does not exist; see xlctl list"));
+        absl::StrCat("job ", job_id, " does not exist"));
   }
   *finished = IsTerminal(rec->job.state()) &&
               rec->committed_event_seq == rec->events.back().seq();
@@ -996,7 +996,7 @@ absl::StatusOr<v1::Node> Controller::GetNode(const std::string& name) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("node ", name, " is not known; see xlctl nodes"));
+        absl::StrCat("node ", name, " is not known"));
   }
   return NodeToProto(it->second);
 }
@@ -1013,7 +1013,7 @@ void Controller::SetDrained(
   if (it == nodes_.end()) {
     mu_.Unlock();
     done(absl::NotFoundError(
-        absl::StrCat("node ", name, " is not known; see xlctl nodes")));
+        absl::StrCat("node ", name, " is not known")));
     mu_.Lock();
     return;
   }
@@ -1193,7 +1193,7 @@ absl::StatusOr<v1::GetJobMetricsResponse> Controller::GetJobMetrics(
     absl::MutexLock lock(&mu_);
     if (FindJob(job_id) == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("job ", job_id, " does not exist; see xlctl list"));
+          absl::StrCat("job ", job_id, " does not exist"));
     }
   }
   ASSIGN_OR_RETURN(auto points, store_->ReadMetrics(ParseJobId(job_id)));
