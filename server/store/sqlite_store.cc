@@ -275,6 +275,38 @@ int64_t Store::commits() const {
   return commits_;
 }
 
+bool Store::AllOk(const std::vector<absl::Status>& results) {
+  for (const auto& st : results) {
+    if (!st.ok()) return false;
+  }
+  return true;
+}
+
+absl::Status Store::RunBatch(Tx& tx, std::vector<PendingWrite>& batch,
+                             bool isolate, std::vector<absl::Status>* results) {
+  RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    absl::Status st = isolate ? savepoint_->Run() : absl::OkStatus();
+    if (st.ok()) st = batch[i].fn(tx);
+    if (isolate) {
+      if (st.ok()) {
+        st = release_->Run();
+      } else {
+        (void)rollback_to_->Run();
+        (void)release_->Run();
+      }
+    } else if (!st.ok()) {
+      (*results)[i] = st;
+      (void)db_->Exec("ROLLBACK");
+      return absl::OkStatus();  // the caller retries with isolation
+    }
+    (*results)[i] = st;
+  }
+  absl::Status commit = db_->Exec("COMMIT");
+  if (!commit.ok()) (void)db_->Exec("ROLLBACK");
+  return commit;
+}
+
 void Store::WriterLoop() {
   std::vector<PendingWrite> batch;
   std::vector<absl::Status> results;
@@ -294,21 +326,12 @@ void Store::WriterLoop() {
     }
     results.assign(batch.size(), absl::OkStatus());
     Tx tx(this);
-    absl::Status commit = db_->Exec("BEGIN IMMEDIATE");
-    if (commit.ok()) {
-      for (size_t i = 0; i < batch.size(); ++i) {
-        absl::Status st = savepoint_->Run();
-        if (st.ok()) st = batch[i].fn(tx);
-        if (st.ok()) {
-          st = release_->Run();
-        } else {
-          (void)rollback_to_->Run();
-          (void)release_->Run();
-        }
-        results[i] = st;
-      }
-      commit = db_->Exec("COMMIT");
-      if (!commit.ok()) (void)db_->Exec("ROLLBACK");
+    // Fast path: the whole batch in one transaction, no savepoints. Should a
+    // write fail, the transaction is rolled back and the batch run again with
+    // a savepoint around each write, so that one failure undoes only itself.
+    absl::Status commit = RunBatch(tx, batch, /*isolate=*/false, &results);
+    if (commit.ok() && !AllOk(results)) {
+      commit = RunBatch(tx, batch, /*isolate=*/true, &results);
     }
     {
       absl::MutexLock lock(&mu_);

@@ -101,6 +101,12 @@ class Store {
   explicit Store(std::unique_ptr<Db> db, std::unique_ptr<Db> reader);
   absl::Status PrepareStatements();
   void WriterLoop();
+  // Runs `batch` in one transaction and commits; with `isolate`, each write
+  // in its own savepoint. Without it, stops at the first failed write and
+  // rolls back (results then name it).
+  absl::Status RunBatch(Tx& tx, std::vector<PendingWrite>& batch, bool isolate,
+                        std::vector<absl::Status>* results);
+  static bool AllOk(const std::vector<absl::Status>& results);
   void CompletionLoop();
 
   std::unique_ptr<Db> db_;  // used by the writer thread only (and Load)
