@@ -3,7 +3,9 @@ survive kill -9, and an idempotency key used twice (across the crash) gives
 one job. A second gRPC client (Python grpcio, stubs generated from proto/)
 talks to the real binary over loopback."""
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 def load_stubs():
     out = tempfile.mkdtemp(prefix="xl-pystubs-")
+    atexit.register(shutil.rmtree, out, True)
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT}/proto",
                     f"--python_out={out}", f"--grpc_python_out={out}",
                     *[f"{ROOT}/proto/xl/v1/{n}.proto" for n in ("plan", "node", "job", "scheduler", "agent", "rendezvous")]],
