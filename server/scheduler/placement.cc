@@ -217,10 +217,13 @@ bool PlaceGang(const std::vector<NodeCapacity>& nodes,
       chosen = group;
     }
   }
+  // Ring order: nodes of a switch together, then of a rack, the fastest
+  // NICs first within a rack, so the ring crosses the fewest switches.
   auto ring_order = [](Candidate* a, Candidate* b) {
     auto key = [](Candidate* c) {
       return std::make_tuple(Label(c->node->inventory, "switch"),
-                             Label(c->node->inventory, "rack"), c->node->name);
+                             Label(c->node->inventory, "rack"),
+                             -FastestNic(c->node->inventory), c->node->name);
     };
     return key(a) < key(b);
   };

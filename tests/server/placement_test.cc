@@ -198,6 +198,21 @@ TEST(PlacementTest, PrefersOneSwitchAndOrdersTheRing) {
   EXPECT_EQ(order, (std::vector<std::string>{"b", "a", "c", "d"}));
 }
 
+TEST(PlacementTest, RingOrderPutsFasterNicsFirstWithinARack) {
+  std::vector<NodeCapacity> fleet;
+  for (auto [name, gbps] : {std::pair<const char*, double>{"a", 100},
+                            {"b", 400}, {"c", 200}}) {
+    auto inv = Inventory(1);
+    inv.mutable_nics(0)->set_gbps(gbps);
+    fleet.push_back(NodeCapacity::Empty(name, inv));
+  }
+  Decisions d = Schedule(fleet, {Job("j", 3, 1)});
+  ASSERT_EQ(d.starts.size(), 1u);
+  std::vector<std::string> order;
+  for (auto& s : d.starts[0].second.shares) order.push_back(s.node);
+  EXPECT_EQ(order, (std::vector<std::string>{"b", "c", "a"}));
+}
+
 TEST(PlacementTest, EmptyFleetSaysSo) {
   Decisions d = Schedule({}, {Job("a", 1, 0)});
   EXPECT_NE(d.waiting["a"].find("no node is registered"), std::string::npos);
