@@ -318,7 +318,8 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   };
   sample_memory();
 
-  MetricsInterval interval;
+  MetricsInterval interval({info.job_id, info.attempt, rank, world, batch,
+                            grad_bytes, start, config.steps});
   absl::Time timed_start = absl::Now();
   int64_t timed_steps = 0;
   const int64_t first_timed = start + options.warmup_steps;
@@ -404,19 +405,7 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
     if (rank == 0 && (done % config.metrics_every == 0 ||
                       done == config.steps || stopping)) {
       sample_memory();
-      MetricsInterval::Report report;
-      report.job_id = info.job_id;
-      report.attempt = info.attempt;
-      report.rank = rank;
-      report.world = world;
-      report.batch_per_rank = batch;
-      report.step = done;
-      report.loss = loss;
-      report.grad_bytes = grad_bytes;
-      report.peak_memory_bytes = peak_used;
-      report.resumed_from_step = start;
-      report.total_steps = config.steps;
-      v1::TrainMetrics m = interval.Finish(report);
+      v1::TrainMetrics m = interval.Finish(done, loss, peak_used);
       if (sink != nullptr) sink->Report(m);
     }
 

@@ -61,13 +61,15 @@ void MetricsInterval::AddStep(double data_s, double compute_s,
   ++steps_;
 }
 
-v1::TrainMetrics MetricsInterval::Finish(const Report& r) {
+v1::TrainMetrics MetricsInterval::Finish(int64_t step, float loss,
+                                         uint64_t peak_memory_bytes) {
+  const Run& r = run_;
   v1::TrainMetrics m;
   m.set_job_id(r.job_id);
   m.set_attempt(r.attempt);
   m.set_rank(r.rank);
-  m.set_step(r.step);
-  m.set_loss(r.loss);
+  m.set_step(step);
+  m.set_loss(loss);
   const absl::Time now = absl::Now();
   const double wall = absl::ToDoubleSeconds(now - start_);
   const double k = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
@@ -83,11 +85,13 @@ v1::TrainMetrics MetricsInterval::Finish(const Report& r) {
                              static_cast<double>(r.grad_bytes) * 8 * k /
                              allreduce_ / 1e9);
   }
-  m.set_peak_memory_bytes(r.peak_memory_bytes);
+  m.set_peak_memory_bytes(peak_memory_bytes);
   *m.mutable_time() = ToProtoTime(now);
   m.set_resumed_from_step(r.resumed_from_step);
   m.set_total_steps(r.total_steps);
-  *this = MetricsInterval();
+  start_ = now;
+  steps_ = 0;
+  data_ = compute_ = allreduce_ = step_ = 0;
   return m;
 }
 

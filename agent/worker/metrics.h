@@ -6,7 +6,9 @@
 #ifndef XL_AGENT_WORKER_METRICS_H_
 #define XL_AGENT_WORKER_METRICS_H_
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -22,33 +24,34 @@ class MetricsSink {
   virtual void Report(const v1::TrainMetrics& metrics) = 0;
 };
 
-// One reporting interval of a trainer (CPU or CUDA): the steps' time split,
-// turned into a TrainMetrics at the end of the interval. Not thread-safe.
+// The reporting intervals of one trainer run (CPU or CUDA): each step's time
+// split is added, and at the end of an interval it becomes a TrainMetrics.
+// Not thread-safe.
 class MetricsInterval {
  public:
-  // What the report says besides the interval's timings.
-  struct Report {
+  // What stays the same for the whole run.
+  struct Run {
     std::string job_id;
     int attempt = 0;
     int rank = 0;
     int world = 1;
     int batch_per_rank = 0;
-    int64_t step = 0;  // completed steps
-    float loss = 0;
     uint64_t grad_bytes = 0;  // all-reduced per step
-    uint64_t peak_memory_bytes = 0;
     int64_t resumed_from_step = 0;
     int64_t total_steps = 0;
   };
 
-  MetricsInterval() : start_(absl::Now()) {}
+  explicit MetricsInterval(Run run) : run_(std::move(run)) {}
   void AddStep(double data_s, double compute_s, double allreduce_s,
                double step_s);
-  // The interval's metrics; starts the next interval.
-  v1::TrainMetrics Finish(const Report& report);
+  // The interval's metrics after `step` completed steps; starts the next
+  // interval.
+  v1::TrainMetrics Finish(int64_t step, float loss,
+                          uint64_t peak_memory_bytes);
 
  private:
-  absl::Time start_;
+  const Run run_;
+  absl::Time start_ = absl::Now();
   int64_t steps_ = 0;
   double data_ = 0, compute_ = 0, allreduce_ = 0, step_ = 0;
 };

@@ -144,8 +144,8 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
       model.allocated_bytes() + opt.allocated_bytes() +
       x.capacity() * sizeof(float) + labels.capacity() * sizeof(int32_t);
 
-  // Interval accumulators for the metrics.
-  MetricsInterval interval;
+  MetricsInterval interval({info.job_id, info.attempt, rank, world, batch,
+                            grad_bytes, start, config.steps});
 
   for (int64_t step = start; step < config.steps; ++step) {
     const absl::Time t0 = absl::Now();
@@ -182,19 +182,7 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
 
     if (rank == 0 && (done % config.metrics_every == 0 ||
                       done == config.steps || stopping)) {
-      MetricsInterval::Report report;
-      report.job_id = info.job_id;
-      report.attempt = info.attempt;
-      report.rank = rank;
-      report.world = world;
-      report.batch_per_rank = batch;
-      report.step = done;
-      report.loss = scalars[0];
-      report.grad_bytes = grad_bytes;
-      report.peak_memory_bytes = worker_bytes;
-      report.resumed_from_step = start;
-      report.total_steps = config.steps;
-      v1::TrainMetrics m = interval.Finish(report);
+      v1::TrainMetrics m = interval.Finish(done, scalars[0], worker_bytes);
       if (sink != nullptr) sink->Report(m);
     }
 

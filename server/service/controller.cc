@@ -77,7 +77,6 @@ absl::Status Controller::Recover() {
     if (id <= 0) continue;
     JobRecord& rec = jobs_[id];
     rec.seq = id;
-    rec.request_key = job.spec().resources().SerializeAsString();
     rec.job = std::move(job);
     next_job_id_ = std::max(next_job_id_, id + 1);
     if (!rec.job.idempotency_key().empty()) {
@@ -726,7 +725,6 @@ void Controller::Submit(
     *job.mutable_create_time() = ToProtoTime(clock_->Now());
     job.set_reason("waiting for the next scheduling pass");
     if (plan.parameters() > 0) *job.mutable_plan() = std::move(plan);
-    rec->request_key = spec.resources().SerializeAsString();
     *job.mutable_spec() = std::move(spec);
     v1::JobEvent e;
     e.set_job_id(job.id());

@@ -141,7 +141,6 @@ class Controller {
     std::map<int, v1::RankStatus> ranks;
     // The current attempt is being stopped; its rank exits change nothing.
     bool stopping = false;
-    std::string request_key;  // serialized ResourceRequest
     // XL_RENDEZVOUS_TOKEN of the current attempt, and its key-value store.
     std::string token;
     std::map<std::string, std::string> rendezvous;

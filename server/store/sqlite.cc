@@ -93,17 +93,20 @@ absl::StatusOr<bool> Statement::Step() {
   return db_->Error(rc, "step");
 }
 
-absl::Status Statement::Run() {
-  while (true) {
-    auto row = Step();
-    if (!row.ok()) {
-      Reset();
-      return row.status();
+absl::Status Statement::ForEachRow(const std::function<absl::Status()>& row) {
+  absl::Status status;
+  while (status.ok()) {
+    auto more = Step();
+    if (!more.ok()) {
+      status = more.status();
+    } else if (!*more) {
+      break;
+    } else {
+      status = row();
     }
-    if (!*row) break;
   }
   Reset();
-  return absl::OkStatus();
+  return status;
 }
 
 void Statement::Reset() {

@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -58,8 +59,11 @@ class Statement {
 
   // Steps once: true when a row is ready, false when done.
   absl::StatusOr<bool> Step();
+  // Steps to the end, calling `row` on each result row (stopping at its
+  // first error), then resets the statement.
+  absl::Status ForEachRow(const std::function<absl::Status()>& row);
   // Steps to the end, for statements without results.
-  absl::Status Run();
+  absl::Status Run() { return ForEachRow([] { return absl::OkStatus(); }); }
   // Clears bindings and resets, so the statement can be used again.
   void Reset();
 

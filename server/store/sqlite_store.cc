@@ -181,17 +181,11 @@ absl::StatusOr<std::vector<v1::TrainMetrics>> Store::ReadMetrics(
   Statement* s = read_metrics_.get();
   s->BindInt(1, job_id);
   std::vector<v1::TrainMetrics> out;
-  while (true) {
-    auto row = s->Step();
-    if (!row.ok()) {
-      s->Reset();
-      return row.status();
-    }
-    if (!*row) break;
+  RETURN_IF_ERROR(s->ForEachRow([&] {
     v1::TrainMetrics m;
     if (m.ParseFromString(s->ColumnBlob(0))) out.push_back(std::move(m));
-  }
-  s->Reset();
+    return absl::OkStatus();
+  }));
   return out;
 }
 
@@ -199,25 +193,22 @@ absl::StatusOr<StoredState> Store::Load() {
   StoredState state;
   {
     ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT job FROM jobs ORDER BY id"));
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, s->Step());
-      if (!row) break;
+    RETURN_IF_ERROR(s->ForEachRow([&] {
       v1::Job job;
       if (!job.ParseFromString(s->ColumnBlob(0))) {
         return absl::DataLossError(
             absl::StrCat("cannot parse a job row in ", db_->path()));
       }
       state.jobs.push_back(std::move(job));
-    }
+      return absl::OkStatus();
+    }));
   }
   {
     ASSIGN_OR_RETURN(auto s, db_->Prepare(
                                  "SELECT job_id, seq, time_us, from_state, "
                                  "to_state, attempt, reason FROM job_events "
                                  "ORDER BY job_id, seq"));
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, s->Step());
-      if (!row) break;
+    RETURN_IF_ERROR(s->ForEachRow([&] {
       v1::JobEvent e;
       e.set_job_id(absl::StrCat(s->ColumnInt(0)));
       e.set_seq(s->ColumnInt(1));
@@ -227,16 +218,15 @@ absl::StatusOr<StoredState> Store::Load() {
       e.set_attempt(static_cast<int32_t>(s->ColumnInt(5)));
       e.set_reason(s->ColumnText(6));
       state.events.push_back(std::move(e));
-    }
+      return absl::OkStatus();
+    }));
   }
   {
     ASSIGN_OR_RETURN(auto s, db_->Prepare(
                                  "SELECT name, inventory, drained, "
                                  "state_reason, register_time_us FROM nodes "
                                  "ORDER BY name"));
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, s->Step());
-      if (!row) break;
+    RETURN_IF_ERROR(s->ForEachRow([&] {
       StoredNode n;
       n.name = s->ColumnText(0);
       if (!n.inventory.ParseFromString(s->ColumnBlob(1))) {
@@ -246,7 +236,8 @@ absl::StatusOr<StoredState> Store::Load() {
       n.state_reason = s->ColumnText(3);
       n.register_time = absl::FromUnixMicros(s->ColumnInt(4));
       state.nodes.push_back(std::move(n));
-    }
+      return absl::OkStatus();
+    }));
   }
   return state;
 }
@@ -379,13 +370,7 @@ absl::StatusOr<std::vector<v1::LogChunk>> Store::ReadLogs(int64_t job_id,
   if (rank >= 0) s->BindInt(i++, rank);
   s->BindInt(i++, limit);
   std::vector<v1::LogChunk> out;
-  while (true) {
-    auto row = s->Step();
-    if (!row.ok()) {
-      s->Reset();
-      return row.status();
-    }
-    if (!*row) break;
+  RETURN_IF_ERROR(s->ForEachRow([&] {
     v1::LogChunk c;
     c.set_seq(s->ColumnInt(0));
     c.set_job_id(absl::StrCat(s->ColumnInt(1)));
@@ -395,8 +380,8 @@ absl::StatusOr<std::vector<v1::LogChunk>> Store::ReadLogs(int64_t job_id,
     *c.mutable_time() = ToProtoTime(absl::FromUnixMicros(s->ColumnInt(5)));
     c.set_data(s->ColumnBlob(6));
     out.push_back(std::move(c));
-  }
-  s->Reset();
+    return absl::OkStatus();
+  }));
   return out;
 }
 
