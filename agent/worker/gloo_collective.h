@@ -1,14 +1,19 @@
 // GlooCollective: the CPU Collective over Gloo's TCP transport. Ranks meet
 // through our Rendezvous (a gloo::rendezvous::Store adapter, keys prefixed
-// "gloo/"), then form a full mesh; AllReduceMean is Gloo's ring all-reduce
-// (sum) scaled by 1/size, so every rank ends with bitwise the same values.
-// One instance per rank, used from one thread.
+// "gloo/") and form Gloo's full mesh of TCP pairs. The pairs are then put in
+// Gloo's synchronous mode, where the calling thread does the socket I/O itself
+// (no hand-off to Gloo's device thread and no per-message ready handshake),
+// and AllReduceMean is a segmented ring (reduce-scatter, then all-gather)
+// over them: each chunk is reduced by one owner and copied to the others, so
+// every rank ends with bitwise the same values. One instance per rank, used
+// from one thread.
 #ifndef XL_AGENT_WORKER_GLOO_COLLECTIVE_H_
 #define XL_AGENT_WORKER_GLOO_COLLECTIVE_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -36,7 +41,8 @@ class GlooCollective : public Collective {
  public:
   // Connects rank `rank` of `size` through `rendezvous` (not owned; used
   // only during Create). UNAVAILABLE naming the host when the mesh cannot be
-  // formed (a peer never arrives, an address is unreachable).
+  // formed (a peer never arrives, an address is unreachable). Sets SIGPIPE
+  // to ignored if it is at its default, so a vanished peer is an error.
   static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(
       int rank, int size, Rendezvous* rendezvous, const GlooOptions& options);
   ~GlooCollective() override;
@@ -49,14 +55,22 @@ class GlooCollective : public Collective {
 
  private:
   GlooCollective(int rank, int size, std::string host, absl::Duration timeout);
-  uint32_t NextTag() { return tag_++; }
+  // Sum over ranks times `scale`, in place: the ring described above.
+  void RingAllReduce(float* data, size_t count, float scale);
+  // Two fresh buffer slots, the same sequence on every rank.
+  int NextSlots() {
+    slot_ = slot_ >= (1 << 30) ? 16 : slot_ + 2;
+    return slot_;
+  }
 
   const int rank_;
   const int size_;
   const std::string host_;
   const absl::Duration timeout_;
   std::shared_ptr<gloo::Context> context_;  // null when size_ == 1
-  uint32_t tag_ = 1;
+  std::vector<float> scratch_;  // one received segment, reduced into data
+  int left_fd_ = -1;  // the left neighbour's socket, polled while waiting
+  int slot_ = 16;
 };
 
 }  // namespace xl::worker

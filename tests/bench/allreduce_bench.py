@@ -3,9 +3,11 @@
 ring over TCP on loopback) against Open MPI's MPI_Allreduce over the same
 transport (--mca pml ob1 --mca btl tcp,self), with Open MPI's shared-memory
 figure beside it. Prints bus bandwidth (2(n-1)/n x bytes / time) and the
-ratio xl / MPI-TCP.
+ratio xl / MPI-TCP. Each side runs --repeat times, interleaved, and each
+size's median time is used, so one noisy run on a small machine does not
+decide a ratio.
 
-    tests/bench/allreduce_bench.py --build-dir build [--max-mib 256]
+    tests/bench/allreduce_bench.py --build-dir build [--max-mib 256] [--repeat 3]
 """
 import argparse
 import os
@@ -33,6 +35,15 @@ def mpirun(binary, n, btl, max_bytes):
     return run(base + [binary, str(max_bytes)])
 
 
+def median(runs):
+    """Per size, the median of the seconds-per-op the runs measured."""
+    out = {}
+    for size in runs[0]:
+        ts = sorted(r[size] for r in runs if size in r)
+        out[size] = ts[len(ts) // 2]
+    return out
+
+
 def human(b):
     for unit in ("B", "KiB", "MiB", "GiB"):
         if b < 1024:
@@ -46,6 +57,7 @@ def main():
     p.add_argument("--build-dir", default="build")
     p.add_argument("--max-mib", type=int, default=256)
     p.add_argument("--ranks", default="2,4")
+    p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
     max_bytes = a.max_mib << 20
     xl = os.path.join(a.build_dir, "tests", "bench", "allreduce_bench")
@@ -56,9 +68,12 @@ def main():
     print(f"{'ranks':>5} {'size':>9} {'xl gloo tcp':>12} {'mpi tcp':>10} {'mpi shm':>10} {'xl/mpi-tcp':>10}   (bus GB/s)")
     ratios_1m = []
     for n in [int(x) for x in a.ranks.split(",")]:
-        ours = run([xl, "--ranks", str(n), "--max-bytes", str(max_bytes)])
-        tcp = mpirun(mpi, n, "tcp,self", max_bytes)
-        shm = mpirun(mpi, n, "vader,self", max_bytes)
+        runs = {"ours": [], "tcp": [], "shm": []}
+        for _ in range(a.repeat):
+            runs["ours"].append(run([xl, "--ranks", str(n), "--max-bytes", str(max_bytes)]))
+            runs["tcp"].append(mpirun(mpi, n, "tcp,self", max_bytes))
+            runs["shm"].append(mpirun(mpi, n, "vader,self", max_bytes))
+        ours, tcp, shm = (median(runs[k]) for k in ("ours", "tcp", "shm"))
         for size in sorted(ours):
             bus = lambda t: 2 * (n - 1) / n * size / t / 1e9 if t else 0
             bx, bt, bs = bus(ours[size]), bus(tcp.get(size, 0)), bus(shm.get(size, 0))

@@ -52,6 +52,12 @@ if rank == 0:
     for line in cfg.splitlines():
         if "BLAS_INFO" in line:
             blas = line.split("BLAS_INFO=")[1].split(",")[0]
+    # "generic" means the libblas.so.3 interface; name the library loaded.
+    with open("/proc/self/maps") as maps:
+        libs = sorted({l.split()[-1] for l in maps
+                       if os.path.basename(l.split()[-1]).startswith(("libblas", "libopenblas"))})
+    if libs:
+        blas += " -> " + ", ".join(os.path.relpath(l, "/usr/lib/x86_64-linux-gnu") for l in libs)
     print(json.dumps({"samples_per_second": (a.steps - a.warmup) * a.batch * world / elapsed,
                       "blas": blas}), flush=True)
 dist.destroy_process_group()
