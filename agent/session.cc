@@ -71,7 +71,8 @@ void Session::Shutdown(absl::Duration flush_timeout) {
     if (acked_ && flush_timeout > absl::ZeroDuration()) {
       // Everything queued is written...
       auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return (outbox_.empty() && !write_in_flight_) || !acked_;
+        return (outbox_.empty() && !write_in_flight_ && unacked_.empty()) ||
+               !acked_;
       };
       mu_.AwaitWithDeadline(absl::Condition(&flushed), deadline);
       // ...then the writer half-closes and the scheduler ends the stream,
@@ -221,6 +222,18 @@ absl::Status Session::RunConnection(bool* registered) {
     connection_done_ = true;
   }
   if (writer.joinable()) writer.join();
+  {
+    // What this connection wrote without an acknowledgement may never have
+    // reached the store: it goes first on the next connection (the
+    // scheduler keeps each chunk once, by its end_offset).
+    absl::MutexLock lock(&mu_);
+    while (!unacked_.empty()) {
+      unacked_.back().clear_seq();
+      outbox_.PushFront(std::move(unacked_.back()));
+      unacked_.pop_back();
+    }
+    unacked_bytes_ = 0;
+  }
   grpc::Status finish = stream->Finish();
   {
     absl::MutexLock lock(&mu_);
@@ -269,13 +282,25 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
     } else if (!outbox_.Pop(&message)) {
       continue;
     }
+    if (message.has_log()) {
+      message.set_seq(++next_log_seq_);
+      unacked_bytes_ += message.log().data().size();
+      unacked_.push_back(message);
+      // A scheduler that never acknowledges (an older one) must not make
+      // this grow without bound: the oldest are taken as delivered.
+      while (unacked_bytes_ > options_.max_buffered_log_bytes &&
+             unacked_.size() > 1) {
+        unacked_bytes_ -= unacked_.front().log().data().size();
+        unacked_.pop_front();
+      }
+    }
     write_in_flight_ = true;
     mu_.Unlock();
     bool ok = stream->Write(message);
     mu_.Lock();
     write_in_flight_ = false;
     if (!ok) {
-      if (message.has_log()) outbox_.PushFront(std::move(message));
+      // A log message stays in unacked_ and is sent again.
       context->TryCancel();  // Ends the reader's Read().
       break;
     }
@@ -296,6 +321,19 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
                            absl::FormatDuration(FromProto(stop.grace_period())),
                            "): ", stop.reason()));
       controller_->StopJob(stop);
+      break;
+    }
+    case v1::SchedulerMessage::kLogAck: {
+      absl::MutexLock lock(&mu_);
+      const uint64_t seq = message.log_ack().seq();
+      // Acks come in order but need not: find the one acknowledged.
+      for (auto it = unacked_.begin(); it != unacked_.end(); ++it) {
+        if (it->seq() == seq) {
+          unacked_bytes_ -= it->log().data().size();
+          unacked_.erase(it);
+          break;
+        }
+      }
       break;
     }
     case v1::SchedulerMessage::kRegisterAck: {

@@ -16,6 +16,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -111,6 +113,11 @@ class Session : public RankEventSink {
   std::string node_ ABSL_GUARDED_BY(mu_);
   bool logged_drop_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // Log messages written on this connection and not yet acknowledged
+  // (LogAck): sent again, first, on the next connection.
+  std::deque<v1::AgentMessage> unacked_ ABSL_GUARDED_BY(mu_);
+  size_t unacked_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_log_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Shutdown() began: no reconnect; the writer half-closes the stream.
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -34,6 +34,7 @@ struct Supervisor::Output {
   int fd = -1;
   std::string pending;
   absl::Time pending_since = absl::InfiniteFuture();
+  int64_t offset = 0;  // bytes emitted so far (LogChunk.end_offset)
 };
 
 // One started rank. pgid == pid: the leader is the process execve'd.
@@ -773,9 +774,11 @@ void Supervisor::AppendOutput(Process& process, Output& output,
   }
 }
 
-void Supervisor::EmitChunk(const Process& process, const Output& output,
+void Supervisor::EmitChunk(const Process& process, Output& output,
                            std::string data) {
   v1::LogChunk chunk;
+  output.offset += static_cast<int64_t>(data.size());
+  chunk.set_end_offset(output.offset);
   chunk.set_job_id(std::get<0>(process.key));
   chunk.set_attempt(std::get<1>(process.key));
   chunk.set_rank(std::get<2>(process.key));

@@ -145,7 +145,7 @@ class Supervisor : public RankController {
   void ReadOutput(Process& process, Output& output);
   void AppendOutput(Process& process, Output& output, const char* data,
                     size_t size);
-  void EmitChunk(const Process& process, const Output& output,
+  void EmitChunk(const Process& process, Output& output,
                  std::string data);
   void EmitMetrics(const Process& process, const std::string& line);
   void FlushPartial(Process& process, Output& output);

@@ -1141,13 +1141,23 @@ void Controller::AgentMessage(const std::string& name,
         HandleMetrics(msg.metrics());
         break;
       case v1::AgentMessage::kLog: {
-        if (FindJob(msg.log().job_id()) == nullptr) break;
+        // Each chunk is acknowledged once stored (or known not to matter);
+        // the agent sends unacknowledged ones again after a reconnect.
+        v1::SchedulerMessage ack;
+        ack.mutable_log_ack()->set_seq(msg.seq());
+        if (FindJob(msg.log().job_id()) == nullptr) {
+          node.conn->Send(ack);
+          break;
+        }
         auto chunk = std::make_shared<v1::LogChunk>(msg.log());
         if (!chunk->has_time()) *chunk->mutable_time() = ToProtoTime(clock_->Now());
         std::string job_id = chunk->job_id();
+        std::weak_ptr<AgentConnection> weak = node.conn;
         store_->Write([chunk](store::Tx& tx) { return tx.AppendLog(chunk.get()); },
-                      [this, job_id](absl::Status st) {
-                        if (st.ok()) NotifyListeners(job_id);
+                      [this, job_id, weak, ack, chunk](absl::Status st) {
+                        if (!st.ok()) return;  // resent on the next connection
+                        if (auto conn = weak.lock()) conn->Send(ack);
+                        if (chunk->seq() != 0) NotifyListeners(job_id);
                       });
         break;
       }

@@ -72,6 +72,8 @@ absl::StatusOr<std::unique_ptr<Statement>> Db::Prepare(absl::string_view sql) {
 
 int64_t Db::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }
 
+int64_t Db::Changes() const { return sqlite3_changes(db_); }
+
 Statement::~Statement() { sqlite3_finalize(stmt_); }
 
 void Statement::BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }

@@ -33,6 +33,9 @@ class Db {
   absl::Status Exec(absl::string_view sql);
   absl::StatusOr<std::unique_ptr<Statement>> Prepare(absl::string_view sql);
   int64_t LastInsertRowId() const;
+  // Rows changed by the last INSERT, UPDATE or DELETE (0 for an ignored
+  // INSERT OR IGNORE).
+  int64_t Changes() const;
   // The status for SQLite result code `rc` on this connection.
   absl::Status Error(int rc, absl::string_view what) const;
   const std::string& path() const { return path_; }

@@ -67,12 +67,14 @@ absl::Status Store::PrepareStatements() {
   ASSIGN_OR_RETURN(release_, db_->Prepare("RELEASE w"));
   ASSIGN_OR_RETURN(rollback_to_, db_->Prepare("ROLLBACK TO w"));
   ASSIGN_OR_RETURN(append_log_,
-                   db_->Prepare("INSERT INTO logs (job_id, attempt, rank, "
-                                "stream, time_us, data) VALUES (?,?,?,?,?,?)"));
+                   db_->Prepare("INSERT OR IGNORE INTO logs (job_id, attempt, "
+                                "rank, stream, time_us, data, end_offset) "
+                                "VALUES (?,?,?,?,?,?,?)"));
   absl::MutexLock lock(&reader_mu_);
   Db* rdb = reader_ ? reader_.get() : db_.get();
   const char* kCols =
-      "SELECT seq, job_id, attempt, rank, stream, time_us, data FROM logs ";
+      "SELECT seq, job_id, attempt, rank, stream, time_us, data, end_offset "
+      "FROM logs ";
   ASSIGN_OR_RETURN(read_logs_,
                    rdb->Prepare(absl::StrCat(kCols,
                                              "WHERE job_id = ? AND seq > ? "
@@ -162,8 +164,14 @@ absl::Status Tx::AppendLog(v1::LogChunk* c) {
   s->BindInt(4, c->stream());
   s->BindInt(5, ToUs(c->time()));
   s->BindBlob(6, c->data());
+  if (c->end_offset() > 0) {
+    s->BindInt(7, c->end_offset());
+  } else {
+    s->BindNull(7);
+  }
   RETURN_IF_ERROR(s->Run());
-  c->set_seq(store_->db_->LastInsertRowId());
+  // A chunk sent again (same rank stream and end_offset) is kept once.
+  c->set_seq(store_->db_->Changes() > 0 ? store_->db_->LastInsertRowId() : 0);
   return absl::OkStatus();
 }
 
@@ -379,6 +387,7 @@ absl::StatusOr<std::vector<v1::LogChunk>> Store::ReadLogs(int64_t job_id,
     c.set_stream(static_cast<v1::LogStream>(s->ColumnInt(4)));
     *c.mutable_time() = ToProtoTime(absl::FromUnixMicros(s->ColumnInt(5)));
     c.set_data(s->ColumnBlob(6));
+    if (!s->ColumnIsNull(7)) c.set_end_offset(s->ColumnInt(7));
     out.push_back(std::move(c));
     return absl::OkStatus();
   }));

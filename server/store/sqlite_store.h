@@ -48,7 +48,8 @@ class Tx {
   absl::Status PutJob(const v1::Job& job);
   absl::Status AddEvent(const v1::JobEvent& event);
   absl::Status PutNode(const StoredNode& node);
-  // Appends the chunk and sets its seq.
+  // Appends the chunk and sets its seq; a chunk whose (job, attempt, rank,
+  // stream, end_offset > 0) is already stored is skipped and gets seq 0.
   absl::Status AppendLog(v1::LogChunk* chunk);
   absl::Status AppendMetrics(const v1::TrainMetrics& metrics);
 

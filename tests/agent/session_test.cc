@@ -23,8 +23,9 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(4);
 
-// A scheduler's AgentService that acknowledges registrations, records every
-// message, and lets the test send commands down the current stream.
+// A scheduler's AgentService that acknowledges registrations and (unless
+// told not to) log chunks, records every message, and lets the test send
+// commands down the current stream.
 class FakeScheduler final : public v1::AgentService::Service {
  public:
   using Stream =
@@ -50,6 +51,11 @@ class FakeScheduler final : public v1::AgentService::Service {
     while (stream->Read(&message)) {
       absl::MutexLock lock(&mu_);
       received_.push_back(message);
+      if (message.has_log() && ack_logs_) {
+        v1::SchedulerMessage log_ack;
+        log_ack.mutable_log_ack()->set_seq(message.seq());
+        stream->Write(log_ack);
+      }
     }
     absl::MutexLock lock(&mu_);
     stream_ = nullptr;
@@ -61,6 +67,11 @@ class FakeScheduler final : public v1::AgentService::Service {
   bool Send(const v1::SchedulerMessage& message) {
     absl::MutexLock lock(&mu_);
     return stream_ != nullptr && stream_->Write(message);
+  }
+
+  void set_ack_logs(bool ack) {
+    absl::MutexLock lock(&mu_);
+    ack_logs_ = ack;
   }
 
   // Breaks the current stream, as a scheduler restart would.
@@ -95,6 +106,7 @@ class FakeScheduler final : public v1::AgentService::Service {
   std::vector<v1::AgentMessage> received_ ABSL_GUARDED_BY(mu_);
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
   grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool ack_logs_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 // A gRPC server around a FakeScheduler; `port` 0 picks a free port.
@@ -290,6 +302,46 @@ TEST(SessionTest, ReconnectsWithSnapshotAndBufferedLogsAfterSchedulerRestart) {
     if (m.has_log()) EXPECT_EQ(m.log().data(), "while away\n");
   }
   EXPECT_EQ(session.registrations(), 2);
+}
+
+// A chunk written on a stream that died before the scheduler stored (and
+// acknowledged) it is sent again, same end_offset, on the next connection;
+// once acknowledged it is not sent a third time.
+TEST(SessionTest, UnacknowledgedLogsAreSentAgainOnTheNextConnection) {
+  FakeScheduler first;
+  first.set_ack_logs(false);
+  auto server = std::make_unique<Server>(&first);
+  const int port = server->port();
+  FakeController controller;
+  Session session(Options(port));
+  session.Start(&controller);
+  ASSERT_TRUE(first.WaitFor([](const auto& ms) { return !ms.empty(); }));
+  v1::LogChunk chunk = Chunk("j4", "not yet stored\n");
+  chunk.set_end_offset(4096);
+  session.OnLogChunk(chunk);
+  ASSERT_TRUE(first.WaitFor(
+      [](const auto& ms) { return CountOf(ms, v1::AgentMessage::kLog) >= 1; }));
+  server.reset();
+
+  FakeScheduler second;
+  server = std::make_unique<Server>(&second, port);
+  ASSERT_TRUE(second.WaitFor(
+      [](const auto& ms) { return CountOf(ms, v1::AgentMessage::kLog) >= 1; }));
+  for (const auto& m : second.received()) {
+    if (!m.has_log()) continue;
+    EXPECT_EQ(m.log().data(), "not yet stored\n");
+    EXPECT_EQ(m.log().end_offset(), 4096);
+  }
+  // Acknowledged there: a new stream carries a Register and heartbeats only.
+  ASSERT_TRUE(second.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kHeartbeat) >= 2;
+  }));
+  second.Break();
+  ASSERT_TRUE(second.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kRegister) >= 2 &&
+           CountOf(ms, v1::AgentMessage::kHeartbeat) >= 6;
+  }));
+  EXPECT_EQ(second.Count(v1::AgentMessage::kLog), 1);
 }
 
 TEST(SessionTest, ReconnectsAfterTheStreamBreaks) {

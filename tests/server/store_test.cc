@@ -113,6 +113,40 @@ TEST(StoreTest, CommittedWritesSurviveReopen) {
   EXPECT_TRUE((*store)->ReadLogs(3, 0, 0, 10)->empty());  // other rank
 }
 
+// An agent sends a chunk again when its connection broke before the ack:
+// the same (job, attempt, rank, stream, end_offset) is kept once.
+TEST(StoreTest, LogChunkSentTwiceIsKeptOnce) {
+  TempDir dir;
+  auto store = Store::Open(dir.File("s.db"));
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->WriteSync([](Tx& tx) { return tx.PutJob(MakeJob(7)); }).ok());
+  v1::LogChunk chunk;
+  chunk.set_job_id("7");
+  chunk.set_attempt(1);
+  chunk.set_data("step 1\n");
+  chunk.set_end_offset(7);
+  v1::LogChunk again = chunk;
+  v1::LogChunk next = chunk;
+  next.set_data("step 2\n");
+  next.set_end_offset(14);
+  v1::LogChunk marker = chunk;  // no end_offset: never deduplicated
+  marker.set_end_offset(0);
+  for (v1::LogChunk* c : {&chunk, &again, &next, &marker, &marker}) {
+    ASSERT_TRUE((*store)->WriteSync([c](Tx& tx) { return tx.AppendLog(c); }).ok());
+  }
+  EXPECT_GT(chunk.seq(), 0);
+  EXPECT_EQ(again.seq(), 0) << "the duplicate is skipped";
+  EXPECT_GT(next.seq(), chunk.seq());
+  auto logs = (*store)->ReadLogs(7, 0, -1, 10);
+  ASSERT_TRUE(logs.ok());
+  ASSERT_EQ(logs->size(), 4u);
+  EXPECT_EQ((*logs)[0].data(), "step 1\n");
+  EXPECT_EQ((*logs)[0].end_offset(), 7);
+  EXPECT_EQ((*logs)[1].data(), "step 2\n");
+  EXPECT_EQ((*logs)[1].end_offset(), 14);
+  EXPECT_EQ((*logs)[2].end_offset(), 0);
+}
+
 TEST(StoreTest, ConcurrentWritesShareCommits) {
   TempDir dir;
   auto store = Store::Open(dir.File("s.db"));
