@@ -30,7 +30,10 @@ int RunRank(int rank, int size, const std::string& dir, long max_bytes) {
   std::vector<float> buf(max_bytes / 4, 1.0f);
   for (long bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     size_t n = bytes / 4;
-    int iters = bytes <= (1 << 20) ? 50 : (bytes <= (16 << 20) ? 10 : 3);
+    // About 1 GiB moved per size (at least 4 and at most 2000 operations),
+    // so every size is timed over a similar stretch; same as the other side.
+    int iters = (int)((1L << 30) / bytes);
+    iters = iters < 4 ? 4 : (iters > 2000 ? 2000 : iters);
     (void)(*coll)->AllReduceMean(buf.data(), n);
     (void)(*coll)->Barrier();
     auto t0 = std::chrono::steady_clock::now();

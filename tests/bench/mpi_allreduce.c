@@ -14,7 +14,10 @@ int main(int argc, char** argv) {
   for (long i = 0; i < max_bytes / 4; ++i) buf[i] = 1.0f;
   for (long bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     long n = bytes / 4;
-    int iters = bytes <= (1 << 20) ? 50 : (bytes <= (16 << 20) ? 10 : 3);
+    // About 1 GiB moved per size (at least 4 and at most 2000 operations),
+    // so every size is timed over a similar stretch; same as the other side.
+    int iters = (int)((1L << 30) / bytes);
+    iters = iters < 4 ? 4 : (iters > 2000 ? 2000 : iters);
     MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
