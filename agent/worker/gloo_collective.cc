@@ -82,9 +82,9 @@ class RendezvousStore : public gloo::rendezvous::Store {
   const absl::Duration timeout_;
 };
 
-// A segment plus Gloo's preamble stays inside the receiver's initial TCP
-// window: on loopback, 128 KiB segments ran at half the rate of 120 KiB ones
-// (the rest of each waited for a window update from the reader).
+// Measured on loopback: segments of 64-127 KiB run at the best rate, and
+// from 128 KiB the write of each segment takes twice as long (a larger
+// default receive buffer did not change that; the cause is not pinned down).
 constexpr size_t kMaxSegmentBytes = 120 << 10;
 // The first message: sets each link's SO_SNDBUF (Gloo sizes it to the
 // largest message sent, capped by net.core.wmem_max).
