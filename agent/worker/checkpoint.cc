@@ -20,7 +20,8 @@ namespace xl::worker {
 namespace {
 
 constexpr char kMagic[4] = {'X', 'L', 'C', '1'};
-constexpr size_t kHeaderBytes = 4 + 4 + 8 * 4;
+constexpr size_t kHeaderBytesV1 = 4 + 4 + 8 * 4;
+constexpr size_t kHeaderBytes = kHeaderBytesV1 + 4 + 4 + 8;
 
 absl::Status Errno(int err, const std::string& what) {
   absl::StatusCode code = absl::StatusCode::kInternal;
@@ -127,6 +128,9 @@ absl::Status WriteCheckpoint(const std::string& dir, const TrainState& state,
   Append<uint64_t>(&buf, fingerprint);
   Append<uint64_t>(&buf, count);
   Append<uint64_t>(&buf, static_cast<uint64_t>(state.adam_t));
+  Append<float>(&buf, state.loss_scale);
+  Append<uint32_t>(&buf, 0);
+  Append<uint64_t>(&buf, static_cast<uint64_t>(state.good_steps));
   for (const auto* vec : {&state.params, &state.m, &state.v}) {
     buf.append(reinterpret_cast<const char*>(vec->data()),
                count * sizeof(float));
@@ -175,17 +179,19 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path,
     buf.append(chunk, static_cast<size_t>(r));
   }
   ::close(fd);
-  if (buf.size() < kHeaderBytes + 8 ||
+  if (buf.size() < kHeaderBytesV1 + 8 ||
       std::memcmp(buf.data(), kMagic, 4) != 0) {
     return absl::DataLossError("not a checkpoint (bad magic or too short)");
   }
   const uint32_t version = ReadAt<uint32_t>(buf, 4);
-  if (version != kCheckpointVersion) {
+  if (version != 1 && version != kCheckpointVersion) {
     return absl::FailedPreconditionError(
-        absl::StrCat("version ", version, ", expected ", kCheckpointVersion));
+        absl::StrCat("version ", version, ", expected 1 to ",
+                     kCheckpointVersion, " (written by a newer xl-train?)"));
   }
+  const size_t header = version == 1 ? kHeaderBytesV1 : kHeaderBytes;
   const uint64_t n = ReadAt<uint64_t>(buf, 24);
-  const size_t want = kHeaderBytes + 3 * n * sizeof(float) + 8;
+  const size_t want = header + 3 * n * sizeof(float) + 8;
   if (n > (1ull << 40) || buf.size() != want) {
     return absl::DataLossError(absl::StrCat(
         "size ", buf.size(), " bytes, ", "expected ", want, " (truncated?)"));
@@ -202,7 +208,11 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path,
   TrainState s;
   s.step = static_cast<int64_t>(ReadAt<uint64_t>(buf, 8));
   s.adam_t = static_cast<int64_t>(ReadAt<uint64_t>(buf, 32));
-  size_t off = kHeaderBytes;
+  if (version >= 2) {
+    s.loss_scale = ReadAt<float>(buf, kHeaderBytesV1);
+    s.good_steps = static_cast<int64_t>(ReadAt<uint64_t>(buf, kHeaderBytesV1 + 8));
+  }
+  size_t off = header;
   for (auto* vec : {&s.params, &s.m, &s.v}) {
     vec->resize(n);
     std::memcpy(vec->data(), buf.data() + off, n * sizeof(float));

@@ -1,9 +1,11 @@
 // Checkpoints of xl-train: `<dir>/ckpt-<step>.xlc`, written atomically by
 // rank 0 (temp file, write, fsync, rename, fsync of the directory), the
 // newest valid one found at resume. Format, little-endian:
-//   "XLC1" | u32 version (1) | u64 step | u64 fingerprint | u64 count
-//   | u64 adam_t | f32 params[count] | f32 m[count] | f32 v[count]
+//   "XLC1" | u32 version (2) | u64 step | u64 fingerprint | u64 count
+//   | u64 adam_t | f32 loss_scale | u32 0 | u64 good_steps
+//   | f32 params[count] | f32 m[count] | f32 v[count]
 //   | u64 FNV-1a-64 of every byte before it.
+// Version 1 (no loss_scale / good_steps) is still read.
 // Free functions; safe from any thread for distinct directories.
 #ifndef XL_AGENT_WORKER_CHECKPOINT_H_
 #define XL_AGENT_WORKER_CHECKPOINT_H_
@@ -19,11 +21,15 @@
 
 namespace xl::worker {
 
-inline constexpr uint32_t kCheckpointVersion = 1;
+inline constexpr uint32_t kCheckpointVersion = 2;
 
 struct TrainState {
   int64_t step = 0;  // optimizer steps completed
   int64_t adam_t = 0;
+  // FP16 dynamic loss scaling: the scale and the overflow-free steps since
+  // it last changed. 0: none (FP32/BF16, or a version 1 checkpoint).
+  float loss_scale = 0;
+  int64_t good_steps = 0;
   std::vector<float> params;
   std::vector<float> m;
   std::vector<float> v;

@@ -29,7 +29,7 @@ struct PeakRow {
 // Dense (no sparsity) bf16 tensor-core peaks from the vendor data sheets.
 // First match wins, so more specific names come first.
 constexpr PeakRow kPeaks[] = {
-    {"GH200", 0, 989.0},    {"H200", 0, 989.0},
+    {"GH200", 0, 989.0},    {"H200 NVL", 0, 835.0}, {"H200", 0, 989.0},
     {"H100 NVL", 0, 835.0}, {"H100 PCIe", 0, 756.0},
     {"H100", 114, 756.0},   {"H100", 0, 989.0},  // 132 SMs: SXM
     {"H800", 0, 989.0},     {"B200", 0, 2250.0},
@@ -63,6 +63,9 @@ absl::Status Upload(const std::vector<float>& host, DeviceBuffer* buf) {
       cudaMalloc(&buf->p, std::max<size_t>(1, tmp.size()) * sizeof(T)));
   XL_CUDA_CHECK(cudaMemcpy(buf->p, tmp.data(), tmp.size() * sizeof(T),
                            cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA lands, and
+  // the caller's next stream (NCCL's, non-blocking) would not wait for it.
+  XL_CUDA_CHECK(cudaDeviceSynchronize());
   return absl::OkStatus();
 }
 

@@ -190,15 +190,28 @@ absl::Status CudaMlp::SetParams(const float* host_params) {
 }
 
 absl::Status CudaMlp::SetOptimizerState(const float* host_m,
-                                        const float* host_v, int64_t adam_t) {
+                                        const float* host_v, int64_t adam_t,
+                                        float loss_scale, int64_t good_steps) {
   const size_t bytes = static_cast<size_t>(count_) * sizeof(float);
-  XL_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  XL_CUDA_CHECK(cudaMemcpy(m_, host_m, bytes, cudaMemcpyHostToDevice));
-  XL_CUDA_CHECK(cudaMemcpy(v_, host_v, bytes, cudaMemcpyHostToDevice));
+  // Every copy on the model's (non-blocking) stream, then a sync: a plain
+  // cudaMemcpy from pageable memory may return before its DMA lands, and
+  // the next kernel on stream_ would not wait for it.
+  XL_CUDA_CHECK(cudaMemcpyAsync(m_, host_m, bytes, cudaMemcpyHostToDevice,
+                                stream_));
+  XL_CUDA_CHECK(cudaMemcpyAsync(v_, host_v, bytes, cudaMemcpyHostToDevice,
+                                stream_));
   OptimizerState s{};
-  XL_CUDA_CHECK(cudaMemcpy(&s, state_, sizeof(s), cudaMemcpyDeviceToHost));
+  XL_CUDA_CHECK(cudaMemcpyAsync(&s, state_, sizeof(s), cudaMemcpyDeviceToHost,
+                                stream_));
+  XL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   s.t = adam_t;
-  XL_CUDA_CHECK(cudaMemcpy(state_, &s, sizeof(s), cudaMemcpyHostToDevice));
+  if (precision_ == v1::FP16 && loss_scale > 0) {
+    s.loss_scale = loss_scale;
+    s.good_steps = static_cast<int>(good_steps);
+  }
+  XL_CUDA_CHECK(cudaMemcpyAsync(state_, &s, sizeof(s), cudaMemcpyHostToDevice,
+                                stream_));
+  XL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
 }
 
@@ -211,10 +224,10 @@ absl::Status CudaMlp::GetParams(float* host_params) const {
 }
 
 absl::Status CudaMlp::SetGrads(const float* host_grads) {
+  XL_CUDA_CHECK(cudaMemcpyAsync(grads_, host_grads,
+                                static_cast<size_t>(count_) * sizeof(float),
+                                cudaMemcpyHostToDevice, stream_));
   XL_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  XL_CUDA_CHECK(cudaMemcpy(grads_, host_grads,
-                           static_cast<size_t>(count_) * sizeof(float),
-                           cudaMemcpyHostToDevice));
   return absl::OkStatus();
 }
 
@@ -227,7 +240,8 @@ absl::Status CudaMlp::GetGrads(float* host_grads) const {
 }
 
 absl::Status CudaMlp::GetOptimizerState(float* host_m, float* host_v,
-                                        int64_t* adam_t) const {
+                                        int64_t* adam_t, float* loss_scale,
+                                        int64_t* good_steps) const {
   const size_t bytes = static_cast<size_t>(count_) * sizeof(float);
   XL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   XL_CUDA_CHECK(cudaMemcpy(host_m, m_, bytes, cudaMemcpyDeviceToHost));
@@ -235,6 +249,12 @@ absl::Status CudaMlp::GetOptimizerState(float* host_m, float* host_v,
   OptimizerState s{};
   XL_CUDA_CHECK(cudaMemcpy(&s, state_, sizeof(s), cudaMemcpyDeviceToHost));
   *adam_t = s.t;
+  if (loss_scale != nullptr) {
+    *loss_scale = precision_ == v1::FP16 ? s.loss_scale : 0.0f;
+  }
+  if (good_steps != nullptr) {
+    *good_steps = precision_ == v1::FP16 ? s.good_steps : 0;
+  }
   return absl::OkStatus();
 }
 

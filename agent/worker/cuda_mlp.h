@@ -41,16 +41,20 @@ class CudaMlp {
   // Copies fp32 params (param_count() floats, host) to the master weights
   // and refreshes the low-precision copy. Synchronous.
   absl::Status SetParams(const float* host_params);
-  // Sets the AdamW moments and step count (resume). Synchronous.
+  // Sets the AdamW moments and step count (resume), and for FP16 the loss
+  // scale and its overflow-free step count when loss_scale > 0.
+  // Synchronous.
   absl::Status SetOptimizerState(const float* host_m, const float* host_v,
-                                 int64_t adam_t);
+                                 int64_t adam_t, float loss_scale = 0,
+                                 int64_t good_steps = 0);
   // Copies master params / grads / moments to the host. Synchronous.
   // Overwrites the gradients (tests of Step). Synchronous.
   absl::Status SetGrads(const float* host_grads);
   absl::Status GetParams(float* host_params) const;
   absl::Status GetGrads(float* host_grads) const;
   absl::Status GetOptimizerState(float* host_m, float* host_v,
-                                 int64_t* adam_t) const;
+                                 int64_t* adam_t, float* loss_scale = nullptr,
+                                 int64_t* good_steps = nullptr) const;
 
   // Enqueues forward and backward for x [batch x input_dim] (device fp32)
   // and labels [batch] (device). Gradients overwrite grads(); the mean loss

@@ -191,6 +191,17 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   XL_CUDA_CHECK(cudaSetDevice(device));
   ASSIGN_OR_RETURN(GpuPeak peak, LookupGpuPeak(device));
 
+  // Device memory in use before this worker allocates anything (the CUDA
+  // context, other processes): peak memory is reported above it.
+  XL_CUDA_CHECK(cudaFree(nullptr));  // creates the context
+  uint64_t used_before = 0;
+  {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+      used_before = total_b - free_b;
+    }
+  }
+
   DeviceResources res;
   XL_CUDA_CHECK(cudaStreamCreateWithFlags(&res.compute, cudaStreamNonBlocking));
   XL_CUDA_CHECK(cudaStreamCreateWithFlags(&res.copy, cudaStreamNonBlocking));
@@ -211,10 +222,11 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   {
     std::vector<float> params = InitialParams(config, model->layers());
     TrainState loaded;
-    // wire: [found, step and adam_t as the bits of two int64].
-    float wire[5] = {0, 0, 0, 0, 0};
-    int64_t meta[2] = {0, 0};
-    static_assert(sizeof(meta) == 4 * sizeof(float));
+    // wire: [found, step, adam_t and good_steps as the bits of three int64,
+    // loss_scale].
+    float wire[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t meta[3] = {0, 0, 0};
+    static_assert(sizeof(meta) == 6 * sizeof(float));
     if (rank == 0 && !checkpoint_dir.empty()) {
       ASSIGN_OR_RETURN(
           LoadedCheckpoint r,
@@ -224,12 +236,14 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
         wire[0] = 1;
         meta[0] = loaded.step;
         meta[1] = loaded.adam_t;
+        meta[2] = loaded.good_steps;
         std::memcpy(&wire[1], meta, sizeof(meta));
+        wire[7] = loaded.loss_scale;
         std::printf("xl-train: resuming from %s (step %lld) on GPU\n",
                     r.path.c_str(), static_cast<long long>(loaded.step));
       }
     }
-    if (nccl) RETURN_IF_ERROR(nccl->Broadcast(wire, 5, 0));
+    if (nccl) RETURN_IF_ERROR(nccl->Broadcast(wire, 8, 0));
     if (wire[0] == 1) {
       std::memcpy(meta, &wire[1], sizeof(meta));
       start = meta[0];
@@ -244,8 +258,8 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
         }
       }
       RETURN_IF_ERROR(model->SetParams(loaded.params.data()));
-      RETURN_IF_ERROR(
-          model->SetOptimizerState(loaded.m.data(), loaded.v.data(), meta[1]));
+      RETURN_IF_ERROR(model->SetOptimizerState(
+          loaded.m.data(), loaded.v.data(), meta[1], wire[7], meta[2]));
     } else {
       RETURN_IF_ERROR(model->SetParams(params.data()));
     }
@@ -311,8 +325,12 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   uint64_t peak_used = 0;
   auto sample_memory = [&] {
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-      peak_used = std::max<uint64_t>(peak_used, total_b - free_b);
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess &&
+        total_b - free_b > used_before) {
+      // The model, NCCL's and cuBLAS's buffers, the batches; not the
+      // context or other processes on the GPU.
+      peak_used =
+          std::max<uint64_t>(peak_used, total_b - free_b - used_before);
     }
     peak_used = std::max<uint64_t>(peak_used, model->allocated_bytes());
   };
@@ -418,8 +436,8 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
       s.m.resize(count);
       s.v.resize(count);
       RETURN_IF_ERROR(model->GetParams(s.params.data()));
-      RETURN_IF_ERROR(
-          model->GetOptimizerState(s.m.data(), s.v.data(), &s.adam_t));
+      RETURN_IF_ERROR(model->GetOptimizerState(
+          s.m.data(), s.v.data(), &s.adam_t, &s.loss_scale, &s.good_steps));
       absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
                                         options.base.keep_checkpoints);
       if (!st.ok()) {

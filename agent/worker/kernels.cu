@@ -103,9 +103,10 @@ __global__ void SoftmaxCrossEntropyKernel(const T* z, const float* bias,
                                           float* row_loss, T* dlogits, int rows,
                                           int cols,
                                           const OptimizerState* state) {
-  int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const size_t warp =
+      (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   int lane = threadIdx.x % 32;
-  if (warp >= rows) return;
+  if (warp >= static_cast<size_t>(rows)) return;
   const T* zr = z + static_cast<size_t>(warp) * cols;
   float mx = -FLT_MAX;
   for (int c = lane; c < cols; c += 32) mx = fmaxf(mx, ToF(zr[c]) + bias[c]);
@@ -174,7 +175,7 @@ __global__ void PrepareOptimizerStepKernel(OptimizerState* state,
   state->bias_correction1 = static_cast<float>(1.0 - pow(kBeta1, t));
   state->bias_correction2 = static_cast<float>(1.0 - pow(kBeta2, t));
   if (dynamic && ++state->good_steps >= kLossScaleGrowthInterval) {
-    state->loss_scale *= 2.0f;
+    if (isfinite(state->loss_scale * 2.0f)) state->loss_scale *= 2.0f;
     state->good_steps = 0;
   }
 }
@@ -261,7 +262,8 @@ cudaError_t LaunchSoftmaxCrossEntropy(const T* z, const float* bias,
                                       cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   constexpr int kThreads = 256;  // 8 rows per block
-  int blocks = (rows * 32 + kThreads - 1) / kThreads;
+  int blocks = static_cast<int>(
+      (static_cast<size_t>(rows) * 32 + kThreads - 1) / kThreads);
   SoftmaxCrossEntropyKernel<T><<<blocks, kThreads, 0, stream>>>(
       z, bias, labels, row_loss, dlogits, rows, cols, state);
   return cudaGetLastError();

@@ -201,6 +201,18 @@ absl::Status NcclCollective::EnsureScratch(size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status NcclCollective::FinishStaged(bool staged) {
+  absl::Status st = Synchronize();
+  // A staging buffer grown for a large host array (the parameters and
+  // optimizer state broadcast at a resume) is not kept for the whole run.
+  if (st.ok() && staged && scratch_bytes_ > kKeepScratchBytes) {
+    XL_CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+  }
+  return st;
+}
+
 namespace {
 bool IsDevicePointer(const void* p) {
   cudaPointerAttributes attr;
@@ -231,7 +243,7 @@ absl::Status NcclCollective::AllReduceMean(float* data, size_t count) {
     XL_CUDA_CHECK(
         cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream_));
   }
-  return Synchronize();
+  return FinishStaged(staged);
 }
 
 absl::Status NcclCollective::Broadcast(float* data, size_t count, int root) {
@@ -261,7 +273,7 @@ absl::Status NcclCollective::Broadcast(float* data, size_t count, int root) {
     XL_CUDA_CHECK(
         cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream_));
   }
-  return Synchronize();
+  return FinishStaged(staged);
 }
 
 absl::Status NcclCollective::Barrier() {

@@ -83,6 +83,9 @@ class NcclCollective : public Collective {
   // Aborts the communicator and returns `why` annotated with host and rank.
   absl::Status Abort(absl::Status why);
   absl::Status EnsureScratch(size_t bytes);
+  // Synchronize(), then frees a staging buffer above kKeepScratchBytes.
+  absl::Status FinishStaged(bool staged);
+  static constexpr size_t kKeepScratchBytes = 64 << 20;
 
   const int rank_;
   const int size_;

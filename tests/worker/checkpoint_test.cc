@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace xl::worker {
 namespace {
@@ -62,6 +64,43 @@ TEST_F(CheckpointTest, RoundTripAndKeepsTheLastThree) {
   EXPECT_EQ(r->state->m, want.m);
   EXPECT_EQ(r->state->v, want.v);
   EXPECT_TRUE(r->skipped.empty());
+}
+
+// FP16's loss-scaling state is kept, and a version 1 file (written before
+// it existed: the same bytes without those 16) still loads, with none.
+TEST_F(CheckpointTest, LossScaleStateAndVersionOneFiles) {
+  TrainState s = State(7, 4);
+  s.loss_scale = 32768.0f;
+  s.good_steps = 1234;
+  ASSERT_TRUE(WriteCheckpoint(dir_, s, 9).ok());
+  auto r = ReadCheckpoint(CheckpointPath(dir_, 7), 9, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->loss_scale, 32768.0f);
+  EXPECT_EQ(r->good_steps, 1234);
+
+  std::ifstream in(CheckpointPath(dir_, 7), std::ios::binary);
+  std::string v2((std::istreambuf_iterator<char>(in)), {});
+  std::string v1 = v2.substr(0, 40) + v2.substr(56, v2.size() - 56 - 8);
+  const uint32_t one = 1;
+  std::memcpy(&v1[4], &one, 4);
+  const uint64_t sum = Fnv1a64(v1.data(), v1.size());
+  v1.append(reinterpret_cast<const char*>(&sum), 8);
+  const std::string old_path = CheckpointPath(dir_, 8);
+  std::ofstream(old_path, std::ios::binary) << v1;
+  auto old = ReadCheckpoint(old_path, 9, 4);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->step, 7);
+  EXPECT_EQ(old->loss_scale, 0.0f);
+  EXPECT_EQ(old->params, s.params);
+  EXPECT_EQ(old->v, s.v);
+
+  std::string newer = v2;
+  const uint32_t three = 3;
+  std::memcpy(&newer[4], &three, 4);
+  std::ofstream(CheckpointPath(dir_, 9), std::ios::binary) << newer;
+  auto refused = ReadCheckpoint(CheckpointPath(dir_, 9), 9, 4);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("newer"), std::string::npos);
 }
 
 TEST_F(CheckpointTest, MissingOrEmptyDirectoryStartsFresh) {

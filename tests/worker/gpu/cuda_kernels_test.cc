@@ -16,6 +16,7 @@
 namespace xl::worker {
 namespace {
 
+using testing::Cosine;
 using testing::ScaledMaxError;
 
 std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -159,7 +160,12 @@ TEST(CudaKernels, Fp16OverflowSkipsTheStep) {
   EXPECT_EQ(got, params);  // and nothing moved
 }
 
-// One whole forward and backward through cuBLAS against Mlp.
+// One whole forward and backward through cuBLAS against Mlp. FP32: every
+// gradient within grad_tol of its array's scale. BF16/FP16: each gradient
+// array's cosine with the CPU's at least grad_tol (a ReLU mask flipped by
+// rounding moves single elements by a whole term; an emulation of the
+// rounding put the worst element 31% (bf16) / 22% (fp16) off while the
+// cosines stayed >= 0.995 / 0.9976).
 void CompareForwardBackward(v1::Precision p, double loss_tol, double grad_tol,
                             double grad_scale) {
   TrainConfig config = SmallConfig(p);
@@ -187,10 +193,17 @@ void CompareForwardBackward(v1::Precision p, double loss_tol, double grad_tol,
                           grads.begin() + s.b_offset + s.b_size);
     std::vector<float> cb(cpu.grads().begin() + s.b_offset,
                           cpu.grads().begin() + s.b_offset + s.b_size);
-    EXPECT_LE(ScaledMaxError(gw, cw), grad_tol)
-        << v1::Precision_Name(p) << " dW of layer " << s.in << "x" << s.out;
-    EXPECT_LE(ScaledMaxError(gb, cb), grad_tol)
-        << v1::Precision_Name(p) << " db of layer " << s.in << "x" << s.out;
+    if (p == v1::FP32) {
+      EXPECT_LE(ScaledMaxError(gw, cw), grad_tol)
+          << "FP32 dW of layer " << s.in << "x" << s.out;
+      EXPECT_LE(ScaledMaxError(gb, cb), grad_tol)
+          << "FP32 db of layer " << s.in << "x" << s.out;
+    } else {
+      EXPECT_GE(Cosine(gw, cw), grad_tol)
+          << v1::Precision_Name(p) << " dW of layer " << s.in << "x" << s.out;
+      EXPECT_GE(Cosine(gb, cb), grad_tol)
+          << v1::Precision_Name(p) << " db of layer " << s.in << "x" << s.out;
+    }
   }
 }
 
@@ -200,16 +213,16 @@ TEST(CudaMlp, Fp32ForwardBackwardMatchesCpuWithin1e4) {
 }
 
 // BF16 keeps 8 significant bits in activations and weights: the loss within
-// 2% and every gradient within 5% of its array's scale.
+// 2% and every gradient array at cosine >= 0.99 with the CPU's.
 TEST(CudaMlp, Bf16ForwardBackwardMatchesCpuLoosely) {
   XL_SKIP_WITHOUT_GPU();
-  CompareForwardBackward(v1::BF16, 2e-2, 5e-2, 1.0);
+  CompareForwardBackward(v1::BF16, 2e-2, 0.99, 1.0);
 }
 
 // FP16 gradients come back multiplied by the initial loss scale.
 TEST(CudaMlp, Fp16ForwardBackwardMatchesCpuLoosely) {
   XL_SKIP_WITHOUT_GPU();
-  CompareForwardBackward(v1::FP16, 1e-2, 2e-2, 65536.0);
+  CompareForwardBackward(v1::FP16, 1e-2, 0.995, 65536.0);
 }
 
 }  // namespace

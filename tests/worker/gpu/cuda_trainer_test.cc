@@ -87,9 +87,9 @@ TEST(CudaTrainer, Fp32TrainingMatchesCpu) {
   EXPECT_TRUE(std::isfinite(reports.back().loss()));
 }
 
-TEST(CudaTrainer, ResumeFromCheckpointEqualsStraightRun) {
-  XL_SKIP_WITHOUT_GPU();
-  TrainConfig config = SmallConfig();
+// Crash after step 4, resume from the step-4 checkpoint: the same final
+// parameters as a run that never stopped.
+void ExpectResumeEqualsStraightRun(TrainConfig config) {
   config.steps = 6;
   config.checkpoint_every = 2;
   InMemoryRendezvous rdv;
@@ -118,7 +118,26 @@ TEST(CudaTrainer, ResumeFromCheckpointEqualsStraightRun) {
   ASSERT_TRUE(RunCudaTraining(config, RankInfo{}, &rdv, &sink, dir, o).ok());
   EXPECT_EQ(sink.reports().front().resumed_from_step(), 4);
   EXPECT_LE(ScaledMaxError(resumed, straight), 1e-6);
+  if (config.precision == v1::FP16) {
+    // The loss scale travelled in the checkpoint.
+    auto saved = ReadCheckpoint(CheckpointPath(dir, 4),
+                                ConfigFingerprint(config), config.ParamCount());
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    EXPECT_GT(saved->loss_scale, 0.0f);
+  }
   std::filesystem::remove_all(dir);
+}
+
+TEST(CudaTrainer, ResumeFromCheckpointEqualsStraightRun) {
+  XL_SKIP_WITHOUT_GPU();
+  ExpectResumeEqualsStraightRun(SmallConfig());
+}
+
+TEST(CudaTrainer, Fp16ResumeKeepsTheLossScale) {
+  XL_SKIP_WITHOUT_GPU();
+  TrainConfig config = SmallConfig();
+  config.precision = v1::FP16;
+  ExpectResumeEqualsStraightRun(config);
 }
 
 TEST(CudaTrainer, StopFlagCheckpointsAndCancels) {

@@ -32,6 +32,20 @@ inline double ScaledMaxError(const std::vector<float>& a,
   return err / scale;
 }
 
+// Cosine of the angle between a and b as vectors: 1 when they point the
+// same way. For low-precision gradients, where a pre-activation within
+// rounding of 0 flips its ReLU mask and moves single elements by a whole
+// term while the array as a whole still agrees.
+inline double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    ab += static_cast<double>(a[i]) * b[i];
+    aa += static_cast<double>(a[i]) * a[i];
+    bb += static_cast<double>(b[i]) * b[i];
+  }
+  return ab / (std::sqrt(aa * bb) + 1e-300);
+}
+
 }  // namespace xl::worker::testing
 
 #endif  // XL_TESTS_WORKER_GPU_GPU_TEST_UTIL_H_
