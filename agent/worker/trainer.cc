@@ -173,11 +173,12 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
       return st;
     }
     const bool stopping = scalars[1] > 0;
+    const absl::Time t3b = absl::Now();
     opt.Step(model.params().data(), model.grads().data());
     const absl::Time t4 = absl::Now();
 
-    interval.AddStep(Seconds(t0, t1), Seconds(t1, t2) + Seconds(t3, t4),
-                     Seconds(t2, t3), Seconds(t0, t4));
+    interval.AddStep(Seconds(t0, t1), Seconds(t1, t2) + Seconds(t3b, t4),
+                     Seconds(t2, t3b), Seconds(t0, t4));
     const int64_t done = step + 1;
 
     if (rank == 0 && (done % config.metrics_every == 0 ||

@@ -2,9 +2,11 @@
 """CPU training throughput: xl-train (CBLAS + Gloo) against PyTorch DDP
 (python3-torch, gloo) with the same MLP, batch, ranks and threads per rank, at
 a small, a medium and a GEMM-bound size. Prints samples/s for both, the
-ratio, and which BLAS each side used.
+ratio, and which BLAS each side used. Each side runs --repeat times,
+interleaved, and the median is compared, so one noisy run on a small machine
+does not decide a ratio.
 
-    tests/bench/train_bench.py --build-dir build [--ranks 2] [--threads 1]
+    tests/bench/train_bench.py --build-dir build [--ranks 2] [--threads 1] [--repeat 3]
 """
 import argparse
 import json
@@ -17,9 +19,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = [  # name, input, hidden, layers, classes, batch, steps, warmup, goal
-    ("small", 32, 64, 2, 8, 32, 400, 100, 1.5),
-    ("medium", 256, 1024, 2, 16, 64, 60, 10, 1.5),
-    ("gemm-bound", 1024, 4096, 2, 16, 256, 8, 2, 1.0),
+    ("small", 32, 64, 2, 8, 32, 1000, 100, 1.5),
+    ("medium", 256, 1024, 2, 16, 64, 200, 20, 1.5),
+    ("gemm-bound", 1024, 4096, 2, 16, 256, 16, 3, 1.0),
 ]
 
 
@@ -105,6 +107,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", default="", help="comma-separated size names")
+    ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
     xl_train = os.path.join(a.build_dir, "agent", "worker", "xl-train")
     print(f"ranks {a.ranks}, threads/rank {a.threads}; xl-train BLAS: {system_blas()} "
@@ -113,8 +116,12 @@ def main():
     for size in SIZES:
         if a.only and size[0] not in a.only.split(","):
             continue
-        xl = run_xl(xl_train, size, a.ranks, a.threads)
-        torch = run_torch(size, a.ranks, a.threads)
+        xls, torches = [], []
+        for _ in range(a.repeat):
+            xls.append(run_xl(xl_train, size, a.ranks, a.threads))
+            torches.append(run_torch(size, a.ranks, a.threads))
+        xl = sorted(xls)[len(xls) // 2]
+        torch = sorted(torches, key=lambda t: t["samples_per_second"])[len(torches) // 2]
         rows.append((size, xl, torch))
     print(f"\n{'size':<11} {'model':<22} {'batch':>5} {'xl samples/s':>13} {'torch samples/s':>16} {'ratio':>6} {'goal':>5}  torch BLAS")
     for size, xl, torch in rows:
