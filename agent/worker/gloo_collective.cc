@@ -40,6 +40,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace xl::worker {
@@ -90,13 +91,16 @@ constexpr size_t kMaxSegmentBytes = 120 << 10;
 // largest message sent, capped by net.core.wmem_max).
 constexpr size_t kWarmupBytes = 4 << 20;
 
-// Segment size: at most half the send buffer the kernel grants (twice
-// min(requested, net.core.wmem_max)), see the deadlock note above.
-size_t SegmentFloats() {
+// This rank's segment size: at most half the send buffer the kernel grants
+// (twice min(requested, net.core.wmem_max)), see the deadlock note above.
+// The ranks then agree on the smallest (Create), since both ends of a link
+// must cut the data the same way.
+size_t LocalSegmentFloats(size_t asked_bytes) {
   size_t wmem_max = 212992;  // Linux's default
   std::ifstream f("/proc/sys/net/core/wmem_max");
   if (f) f >> wmem_max;
   size_t bytes = std::clamp<size_t>(wmem_max / 2, 4096, kMaxSegmentBytes);
+  if (asked_bytes > 0) bytes = std::min(bytes, std::max<size_t>(asked_bytes, 4));
   return bytes / sizeof(float);
 }
 
@@ -110,7 +114,7 @@ int PairSocket(gloo::transport::Pair* pair) {
   const sockaddr_storage& want = tcp->getSockaddr();
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return -1;
-  int found = -1;
+  int found = -1, matches = 0;
   while (dirent* e = readdir(dir)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     const int fd = std::atoi(e->d_name);
@@ -136,11 +140,13 @@ int PairSocket(gloo::transport::Pair* pair) {
     socklen_t plen = sizeof(peer);
     if (same && getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) {
       found = fd;
-      break;
+      ++matches;
     }
   }
   closedir(dir);
-  return found;
+  // Two connected sockets may share a local port (different peers): then
+  // polling is skipped rather than done on the wrong one.
+  return matches == 1 ? found : -1;
 }
 
 // Waits, for at most kSpin, until `fd` has bytes to read, yielding the core
@@ -243,7 +249,39 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
     }
     c->left_fd_ =
         PairSocket(c->context_->getPair((rank + size - 1) % size).get());
-    c->scratch_.resize(SegmentFloats());
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "gloo: rank ", rank, " at ", host, " could not set up its pairs: ",
+        e.what()));
+  }
+  // The segment size every rank proposes; all use the smallest.
+  {
+    const std::string key = absl::StrCat(options.key_prefix, "segment/");
+    absl::Status st = rendezvous->Put(
+        absl::StrCat(key, rank), absl::StrCat(LocalSegmentFloats(options.segment_bytes)));
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(absl::StrCat(key, r));
+    absl::StatusOr<std::vector<std::string>> all =
+        st.ok() ? rendezvous->Get(keys, options.timeout)
+                : absl::StatusOr<std::vector<std::string>>(st);
+    if (!all.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "gloo: rank ", rank, " at ", host,
+          " could not agree on a segment size with its peers: ",
+          all.status().message()));
+    }
+    size_t seg = 0;
+    for (const std::string& v : *all) {
+      size_t floats = 0;
+      if (!absl::SimpleAtoi(v, &floats) || floats == 0) {
+        return absl::InternalError(
+            absl::StrCat("gloo: a peer proposed segment size '", v, "'"));
+      }
+      seg = seg == 0 ? floats : std::min(seg, floats);
+    }
+    c->scratch_.resize(seg);
+  }
+  try {
     // First exchange around the ring: grows each link's send buffer (see
     // above) and proves the ring carries data. Odd ranks read first, so at
     // least one rank is always reading and no write can block for good.
@@ -311,14 +349,23 @@ void GlooCollective::RingAllReduce(float* data, size_t count, float scale) {
   }
 }
 
+absl::Status GlooCollective::Fail(const std::string& what,
+                                  const std::exception& e) {
+  broken_ = absl::UnavailableError(absl::StrCat(
+      "gloo ", what, " on rank ", rank_, " (", host_, ") of ", size_, ": ",
+      e.what(),
+      " (a peer died or is unreachable, or the ranks did not all call the "
+      "same collectives with the same sizes)"));
+  return broken_;
+}
+
 absl::Status GlooCollective::AllReduceMean(float* data, size_t count) {
+  if (!broken_.ok()) return broken_;
   if (size_ == 1 || count == 0) return absl::OkStatus();
   try {
     RingAllReduce(data, count, 1.0f / static_cast<float>(size_));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("gloo all-reduce on rank ",
-                                               rank_, " (", host_, ") of ",
-                                               size_, ": ", e.what()));
+    return Fail("all-reduce", e);
   }
   return absl::OkStatus();
 }
@@ -327,6 +374,7 @@ absl::Status GlooCollective::Broadcast(float* data, size_t count, int root) {
   if (root < 0 || root >= size_) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root));
   }
+  if (!broken_.ok()) return broken_;
   if (size_ == 1 || count == 0) return absl::OkStatus();
   try {
     const size_t bytes = count * sizeof(float);
@@ -341,14 +389,13 @@ absl::Status GlooCollective::Broadcast(float* data, size_t count, int root) {
       context_->getPair(root)->createRecvBuffer(slot, data, bytes)->waitRecv();
     }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("gloo broadcast on rank ", rank_,
-                                               " (", host_, ") from rank ",
-                                               root, ": ", e.what()));
+    return Fail(absl::StrCat("broadcast from rank ", root), e);
   }
   return absl::OkStatus();
 }
 
 absl::Status GlooCollective::Barrier() {
+  if (!broken_.ok()) return broken_;
   if (size_ == 1) return absl::OkStatus();
   // A one-element ring all-reduce: no rank gets the sum before every rank
   // has added to it.
@@ -356,8 +403,7 @@ absl::Status GlooCollective::Barrier() {
   try {
     RingAllReduce(&token, 1, 1.0f);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("gloo barrier on rank ", rank_,
-                                               " (", host_, "): ", e.what()));
+    return Fail("barrier", e);
   }
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #define XL_AGENT_WORKER_GLOO_COLLECTIVE_H_
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct GlooOptions {
   // Prefix of the rendezvous keys (distinct per group when one rendezvous
   // serves several groups, as in tests).
   std::string key_prefix = "gloo/";
+  // Largest message of the ring, in bytes; 0: 120 KiB, or half of
+  // net.core.wmem_max when that is less. The ranks agree on the smallest
+  // any of them asks for (tests use small ones to cross many segments).
+  size_t segment_bytes = 0;
 };
 
 class GlooCollective : public Collective {
@@ -57,6 +62,9 @@ class GlooCollective : public Collective {
   GlooCollective(int rank, int size, std::string host, absl::Duration timeout);
   // Sum over ranks times `scale`, in place: the ring described above.
   void RingAllReduce(float* data, size_t count, float scale);
+  // Records the first failure: after it the pairs' streams are out of step,
+  // so every later call returns the same error.
+  absl::Status Fail(const std::string& what, const std::exception& e);
   // Two fresh buffer slots, the same sequence on every rank.
   int NextSlots() {
     slot_ = slot_ >= (1 << 30) ? 16 : slot_ + 2;
@@ -70,6 +78,7 @@ class GlooCollective : public Collective {
   std::shared_ptr<gloo::Context> context_;  // null when size_ == 1
   std::vector<float> scratch_;  // one received segment, reduced into data
   int left_fd_ = -1;  // the left neighbour's socket, polled while waiting
+  absl::Status broken_;  // the first failure, returned ever after
   int slot_ = 16;
 };
 

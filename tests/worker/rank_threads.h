@@ -18,14 +18,17 @@
 namespace xl::worker::testing {
 
 // Calls body(rank, collective) on `world` threads; returns each status.
+// segment_bytes: GlooOptions::segment_bytes (0: the default).
 inline std::vector<absl::Status> OnRanks(
-    int world, const std::function<absl::Status(int, Collective*)>& body) {
+    int world, const std::function<absl::Status(int, Collective*)>& body,
+    size_t segment_bytes = 0) {
   static std::atomic<int> group{0};
   auto rdv = std::make_shared<InMemoryRendezvous>();
   GlooOptions opts;
   opts.hostname = "127.0.0.1";
   opts.timeout = absl::Seconds(20);
   opts.key_prefix = absl::StrCat("gloo/", group++, "/");
+  opts.segment_bytes = segment_bytes;
   std::vector<absl::Status> out(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "agent/worker/checkpoint.h"
 #include "agent/worker/data.h"
@@ -82,38 +83,86 @@ TEST(GlooCollective, AllReduceMeanBroadcastBarrier) {
 }
 
 // Sizes around the segment and chunk boundaries, fewer elements than ranks,
-// and a broadcast far larger than a socket buffer, back to back on 4 ranks:
-// every rank gets the exact mean and nothing wedges.
-TEST(GlooCollective, ManySizesOnFourRanks) {
-  const int world = 4;
-  const std::vector<size_t> sizes = {1, 3, 4, 5, 30719, 30720, 30721,
-                                     4 * 30720 + 7, 1 << 20};
+// and a broadcast far larger than a socket buffer, back to back: every rank
+// gets the exact mean and nothing wedges. Segments of 4 KiB (1024 floats)
+// and the default; 2 ranks (left and right are one pair), 3 (odd), 4.
+void ExpectManySizesAgree(int world, size_t segment_bytes) {
+  const std::vector<size_t> sizes = {1,    2,    3,    4,     5,
+                                     1023, 1024, 1025, 4 * 1024 * 3 + 7,
+                                     30720 * 4 + 1, 1 << 20};
   std::vector<std::vector<std::vector<float>>> got(world);
-  auto st = OnRanks(world, [&](int r, Collective* c) -> absl::Status {
-    for (size_t n : sizes) {
-      std::vector<float> v(n);
-      for (size_t i = 0; i < n; ++i) v[i] = CounterNormal(9, r, i);
-      if (auto s = c->AllReduceMean(v.data(), n); !s.ok()) return s;
-      got[r].push_back(std::move(v));
-      if (auto s = c->Barrier(); !s.ok()) return s;
-    }
-    std::vector<float> big(2 << 20, static_cast<float>(r));  // 8 MiB
-    if (auto s = c->Broadcast(big.data(), big.size(), 3); !s.ok()) return s;
-    EXPECT_EQ(big.front(), 3.0f);
-    EXPECT_EQ(big.back(), 3.0f);
-    return c->AllReduceMean(big.data(), 0);
-  });
+  auto st = OnRanks(
+      world,
+      [&](int r, Collective* c) -> absl::Status {
+        for (size_t n : sizes) {
+          std::vector<float> v(n);
+          for (size_t i = 0; i < n; ++i) v[i] = CounterNormal(9, r, i);
+          if (auto s = c->AllReduceMean(v.data(), n); !s.ok()) return s;
+          got[r].push_back(std::move(v));
+          if (auto s = c->Barrier(); !s.ok()) return s;
+        }
+        std::vector<float> big(2 << 20, static_cast<float>(r));  // 8 MiB
+        if (auto s = c->Broadcast(big.data(), big.size(), world - 1); !s.ok()) {
+          return s;
+        }
+        EXPECT_EQ(big.front(), static_cast<float>(world - 1));
+        EXPECT_EQ(big.back(), static_cast<float>(world - 1));
+        return c->AllReduceMean(big.data(), 0);
+      },
+      segment_bytes);
   ExpectAllOk(st);
   for (size_t k = 0; k < sizes.size(); ++k) {
     const size_t n = sizes[k];
     for (size_t i = 0; i < n; i += 1 + n / 50) {
       double want = 0;
       for (int r = 0; r < world; ++r) want += CounterNormal(9, r, i);
-      EXPECT_NEAR(got[0][k][i], want / world, 1e-5) << "n=" << n << " i=" << i;
+      EXPECT_NEAR(got[0][k][i], want / world, 1e-5)
+          << "world " << world << " n=" << n << " i=" << i;
     }
     for (int r = 1; r < world; ++r) {
-      EXPECT_EQ(got[0][k], got[r][k]) << "n=" << n << " rank " << r;
+      EXPECT_EQ(got[0][k], got[r][k]) << "world " << world << " n=" << n
+                                      << " rank " << r;
     }
+  }
+}
+
+TEST(GlooCollective, ManySizesOnTwoThreeAndFourRanks) {
+  for (int world : {2, 3, 4}) {
+    ExpectManySizesAgree(world, 4096);
+    ExpectManySizesAgree(world, 0);
+  }
+}
+
+// Both ends of a link must cut the data the same way: ranks that ask for
+// different segment sizes (different net.core.wmem_max) use the smallest.
+TEST(GlooCollective, RanksAskingForDifferentSegmentsAgree) {
+  InMemoryRendezvous rdv;
+  const size_t n = 100003;
+  std::vector<std::vector<float>> data(2, std::vector<float>(n));
+  std::vector<absl::Status> st(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      GlooOptions opts;
+      opts.hostname = "127.0.0.1";
+      opts.timeout = absl::Seconds(20);
+      opts.key_prefix = "gloo/segments/";
+      opts.segment_bytes = r == 0 ? 4096 : 0;
+      auto c = GlooCollective::Create(r, 2, &rdv, opts);
+      if (!c.ok()) {
+        st[r] = c.status();
+        return;
+      }
+      for (size_t i = 0; i < n; ++i) data[r][i] = CounterNormal(4, r, i);
+      st[r] = (*c)->AllReduceMean(data[r].data(), n);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ExpectAllOk(st);
+  EXPECT_EQ(data[0], data[1]);
+  for (size_t i = 0; i < n; i += 1009) {
+    EXPECT_NEAR(data[0][i], (CounterNormal(4, 0, i) + CounterNormal(4, 1, i)) / 2,
+                1e-6);
   }
 }
 
@@ -124,6 +173,8 @@ TEST(GlooCollective, PeerGoneMidRunIsUnavailableNotAHang) {
     absl::Status s = c->AllReduceMean(v.data(), v.size());
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
     EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s;
+    // The streams are out of step now: every later call gives that error.
+    EXPECT_EQ(c->Barrier(), s);
     return absl::OkStatus();
   });
   ExpectAllOk(st);
