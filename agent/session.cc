@@ -199,6 +199,7 @@ absl::Status Session::RunConnection(bool* registered) {
       {
         absl::MutexLock lock(&mu_);
         acked_ = true;
+        log_acks_ = ack.log_acks();
         heartbeat_interval_ = interval;
         node_ = ack.node();
         ++registrations_;
@@ -251,9 +252,16 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
   while (true) {
     // Wait for the ack, then for something to send or a heartbeat to be due.
     const bool was_acked = acked_;
+    // Output waiting for acknowledgements past the buffer bound holds the
+    // queue back (heartbeats still go); the outbox then drops the oldest
+    // output with a marker, as when the scheduler is away.
+    auto can_send = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return acked_ && !outbox_.empty() &&
+             unacked_bytes_ <= options_.max_buffered_log_bytes;
+    };
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return connection_done_ || closing_ || acked_ != was_acked ||
-             (acked_ && !outbox_.empty());
+             can_send();
     };
     absl::Time wake = acked_ ? next_heartbeat : ack_deadline;
     mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
@@ -279,20 +287,13 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
     if (now >= next_heartbeat) {
       message.mutable_heartbeat();
       next_heartbeat = now + heartbeat_interval_;
-    } else if (!outbox_.Pop(&message)) {
+    } else if (!can_send() || !outbox_.Pop(&message)) {
       continue;
     }
-    if (message.has_log()) {
+    if (message.has_log() && log_acks_) {
       message.set_seq(++next_log_seq_);
       unacked_bytes_ += message.log().data().size();
       unacked_.push_back(message);
-      // A scheduler that never acknowledges (an older one) must not make
-      // this grow without bound: the oldest are taken as delivered.
-      while (unacked_bytes_ > options_.max_buffered_log_bytes &&
-             unacked_.size() > 1) {
-        unacked_bytes_ -= unacked_.front().log().data().size();
-        unacked_.pop_front();
-      }
     }
     write_in_flight_ = true;
     mu_.Unlock();

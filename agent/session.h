@@ -113,6 +113,8 @@ class Session : public RankEventSink {
   std::string node_ ABSL_GUARDED_BY(mu_);
   bool logged_drop_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // The scheduler of this connection acknowledges log messages.
+  bool log_acks_ ABSL_GUARDED_BY(mu_) = false;
   // Log messages written on this connection and not yet acknowledged
   // (LogAck): sent again, first, on the next connection.
   std::deque<v1::AgentMessage> unacked_ ABSL_GUARDED_BY(mu_);

@@ -1095,6 +1095,7 @@ absl::StatusOr<std::string> Controller::AgentRegister(
     ack.mutable_register_ack()->set_node(name);
     *ack.mutable_register_ack()->mutable_heartbeat_interval() =
         ToProtoDuration(opts_.heartbeat_interval);
+    ack.mutable_register_ack()->set_log_acks(true);
     conn->Send(ack);
 
     // Reconcile what the agent runs with what the scheduler expects there.
@@ -1143,10 +1144,11 @@ void Controller::AgentMessage(const std::string& name,
       case v1::AgentMessage::kLog: {
         // Each chunk is acknowledged once stored (or known not to matter);
         // the agent sends unacknowledged ones again after a reconnect.
+        // seq 0: an agent that does not track acknowledgements.
         v1::SchedulerMessage ack;
         ack.mutable_log_ack()->set_seq(msg.seq());
         if (FindJob(msg.log().job_id()) == nullptr) {
-          node.conn->Send(ack);
+          if (msg.seq() != 0) node.conn->Send(ack);
           break;
         }
         auto chunk = std::make_shared<v1::LogChunk>(msg.log());
@@ -1155,8 +1157,17 @@ void Controller::AgentMessage(const std::string& name,
         std::weak_ptr<AgentConnection> weak = node.conn;
         store_->Write([chunk](store::Tx& tx) { return tx.AppendLog(chunk.get()); },
                       [this, job_id, weak, ack, chunk](absl::Status st) {
-                        if (!st.ok()) return;  // resent on the next connection
-                        if (auto conn = weak.lock()) conn->Send(ack);
+                        auto conn = weak.lock();
+                        if (!st.ok()) {
+                          // Unstored: end the stream, so that the agent
+                          // sends it again on its next connection.
+                          if (conn) {
+                            conn->Close(absl::StrCat("storing output failed: ",
+                                                     st.ToString()));
+                          }
+                          return;
+                        }
+                        if (conn && ack.log_ack().seq() != 0) conn->Send(ack);
                         if (chunk->seq() != 0) NotifyListeners(job_id);
                       });
         break;

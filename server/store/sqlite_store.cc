@@ -67,9 +67,11 @@ absl::Status Store::PrepareStatements() {
   ASSIGN_OR_RETURN(release_, db_->Prepare("RELEASE w"));
   ASSIGN_OR_RETURN(rollback_to_, db_->Prepare("ROLLBACK TO w"));
   ASSIGN_OR_RETURN(append_log_,
-                   db_->Prepare("INSERT OR IGNORE INTO logs (job_id, attempt, "
-                                "rank, stream, time_us, data, end_offset) "
-                                "VALUES (?,?,?,?,?,?,?)"));
+                   db_->Prepare("INSERT INTO logs (job_id, attempt, rank, "
+                                "stream, time_us, data, end_offset) "
+                                "VALUES (?,?,?,?,?,?,?) ON CONFLICT(job_id, "
+                                "attempt, rank, stream, end_offset) WHERE "
+                                "end_offset IS NOT NULL DO NOTHING"));
   absl::MutexLock lock(&reader_mu_);
   Db* rdb = reader_ ? reader_.get() : db_.get();
   const char* kCols =

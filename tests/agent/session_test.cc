@@ -39,7 +39,13 @@ class FakeScheduler final : public v1::AgentService::Service {
       received_.push_back(message);
     }
     v1::SchedulerMessage ack;
+    bool log_acks_capability_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      log_acks_capability_ = log_acks_capability;
+    }
     ack.mutable_register_ack()->set_node(message.register_().name());
+    ack.mutable_register_ack()->set_log_acks(log_acks_capability_);
     *ack.mutable_register_ack()->mutable_heartbeat_interval() =
         ToProtoDuration(absl::Milliseconds(50));
     {
@@ -72,6 +78,11 @@ class FakeScheduler final : public v1::AgentService::Service {
   void set_ack_logs(bool ack) {
     absl::MutexLock lock(&mu_);
     ack_logs_ = ack;
+  }
+  // Whether RegisterAck says log_acks (false: a scheduler from before them).
+  void set_log_acks_capability(bool on) {
+    absl::MutexLock lock(&mu_);
+    log_acks_capability = on;
   }
 
   // Breaks the current stream, as a scheduler restart would.
@@ -107,6 +118,7 @@ class FakeScheduler final : public v1::AgentService::Service {
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
   grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool ack_logs_ ABSL_GUARDED_BY(mu_) = true;
+  bool log_acks_capability ABSL_GUARDED_BY(mu_) = true;
 };
 
 // A gRPC server around a FakeScheduler; `port` 0 picks a free port.
@@ -197,6 +209,15 @@ SessionOptions Options(int port) {
   return options;
 }
 
+// Waits (bounded) until the session has processed `n` RegisterAcks.
+bool WaitRegistrations(const Session& session, int n) {
+  const absl::Time deadline = absl::Now() + kWait;
+  while (session.registrations() < n && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return session.registrations() >= n;
+}
+
 // Counts messages of one kind among `ms`.
 int CountOf(const std::vector<v1::AgentMessage>& ms,
             v1::AgentMessage::MsgCase c) {
@@ -279,7 +300,7 @@ TEST(SessionTest, ReconnectsWithSnapshotAndBufferedLogsAfterSchedulerRestart) {
   FakeController controller;
   Session session(Options(port));
   session.Start(&controller);
-  ASSERT_TRUE(first.WaitFor([](const auto& ms) { return !ms.empty(); }));
+  ASSERT_TRUE(WaitRegistrations(session, 1));
 
   // The scheduler goes away; meanwhile a rank ends and writes output.
   server.reset();
@@ -342,6 +363,61 @@ TEST(SessionTest, UnacknowledgedLogsAreSentAgainOnTheNextConnection) {
            CountOf(ms, v1::AgentMessage::kHeartbeat) >= 6;
   }));
   EXPECT_EQ(second.Count(v1::AgentMessage::kLog), 1);
+}
+
+// A scheduler that stores nothing (never acknowledges) holds the agent to
+// about its buffer bound of output in flight; heartbeats go on.
+TEST(SessionTest, UnacknowledgedOutputIsBounded) {
+  FakeScheduler scheduler;
+  scheduler.set_ack_logs(false);
+  Server server(&scheduler);
+  FakeController controller;
+  SessionOptions options = Options(server.port());
+  options.max_buffered_log_bytes = 1000;
+  Session session(options);
+  session.Start(&controller);
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) { return !ms.empty(); }));
+  for (int i = 0; i < 50; ++i) {
+    session.OnLogChunk(Chunk("j6", std::string(100, 'x')));
+  }
+  const int before = scheduler.Count(v1::AgentMessage::kHeartbeat);
+  ASSERT_TRUE(scheduler.WaitFor([before](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kHeartbeat) >= before + 4;
+  }));
+  // Sending stops once more than 1000 bytes wait for acknowledgement: the
+  // chunk (or "dropped" marker, ~150 bytes) that crossed the bound is the
+  // last one.
+  size_t bytes = 0;
+  for (const auto& m : scheduler.received()) {
+    if (m.has_log()) bytes += m.log().data().size();
+  }
+  EXPECT_GT(bytes, 1000u);
+  EXPECT_LT(bytes, 1000u + 200u);
+}
+
+// A scheduler from before LogAck: chunks go unnumbered and are not sent
+// again after a reconnect.
+TEST(SessionTest, SchedulerWithoutLogAcksGetsEachChunkOnce) {
+  FakeScheduler scheduler;
+  scheduler.set_log_acks_capability(false);
+  scheduler.set_ack_logs(false);
+  Server server(&scheduler);
+  FakeController controller;
+  Session session(Options(server.port()));
+  session.Start(&controller);
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) { return !ms.empty(); }));
+  session.OnLogChunk(Chunk("j7", "once\n"));
+  ASSERT_TRUE(scheduler.WaitFor(
+      [](const auto& ms) { return CountOf(ms, v1::AgentMessage::kLog) >= 1; }));
+  scheduler.Break();
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kRegister) >= 2 &&
+           CountOf(ms, v1::AgentMessage::kHeartbeat) >= 4;
+  }));
+  EXPECT_EQ(scheduler.Count(v1::AgentMessage::kLog), 1);
+  for (const auto& m : scheduler.received()) {
+    if (m.has_log()) EXPECT_EQ(m.seq(), 0u);
+  }
 }
 
 TEST(SessionTest, ReconnectsAfterTheStreamBreaks) {

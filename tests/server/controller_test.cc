@@ -63,13 +63,19 @@ class ControllerTest : public ::testing::Test {
     Open();
   }
   void TearDown() override {
-    controller_.reset();
-    store_.reset();
+    Close();
     std::filesystem::remove_all(dir_);
   }
-  void Open() {
-    controller_.reset();
+  // The scheduler's shutdown order: stop the controller's loop, then close
+  // the store (which commits what is queued and runs the callbacks, which
+  // reach the controller), then free the controller.
+  void Close() {
+    if (controller_) controller_->Stop();
     store_.reset();
+    controller_.reset();
+  }
+  void Open() {
+    Close();
     store_ = std::move(*store::Store::Open(dir_ + "/x.db"));
     ControllerOptions opts;
     opts.heartbeat_timeout = absl::Seconds(10);
