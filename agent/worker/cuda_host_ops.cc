@@ -160,6 +160,19 @@ absl::Status SoftmaxT(const std::vector<float>& logits,
   return Download<T>(dd, logits.size(), dlogits);
 }
 
+// Calls f(T{}) with T the element type of `precision` (BF16 otherwise).
+template <typename F>
+absl::Status WithElementType(v1::Precision precision, F&& f) {
+  switch (precision) {
+    case v1::FP32:
+      return f(float{});
+    case v1::FP16:
+      return f(__half{});
+    default:
+      return f(__nv_bfloat16{});
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<GpuPeak> LookupGpuPeak(int device) {
@@ -202,16 +215,10 @@ absl::Status CudaBiasActivationForTest(const std::vector<float>& z,
                                        v1::Precision precision,
                                        std::vector<float>* y) {
   RETURN_IF_ERROR(RequireGpu());
-#define XL_CALL_(T) BiasActivationT<T>(z, bias, rows, cols, relu, y)
-  switch (precision) {
-    case v1::FP32:
-      return XL_CALL_(float);
-    case v1::FP16:
-      return XL_CALL_(__half);
-    default:
-      return XL_CALL_(__nv_bfloat16);
-  }
-#undef XL_CALL_
+  return WithElementType(precision, [&](auto tag) {
+    using T = decltype(tag);
+    return BiasActivationT<T>(z, bias, rows, cols, relu, y);
+  });
 }
 
 absl::Status CudaReluBackwardForTest(const std::vector<float>& dy,
@@ -220,16 +227,10 @@ absl::Status CudaReluBackwardForTest(const std::vector<float>& dy,
                                      std::vector<float>* dz,
                                      std::vector<float>* db) {
   RETURN_IF_ERROR(RequireGpu());
-#define XL_CALL_(T) ReluBackwardT<T>(dy, y, rows, cols, dz, db)
-  switch (precision) {
-    case v1::FP32:
-      return XL_CALL_(float);
-    case v1::FP16:
-      return XL_CALL_(__half);
-    default:
-      return XL_CALL_(__nv_bfloat16);
-  }
-#undef XL_CALL_
+  return WithElementType(precision, [&](auto tag) {
+    using T = decltype(tag);
+    return ReluBackwardT<T>(dy, y, rows, cols, dz, db);
+  });
 }
 
 absl::Status CudaSoftmaxCrossEntropyForTest(const std::vector<float>& logits,
@@ -239,16 +240,10 @@ absl::Status CudaSoftmaxCrossEntropyForTest(const std::vector<float>& logits,
                                             float* loss,
                                             std::vector<float>* dlogits) {
   RETURN_IF_ERROR(RequireGpu());
-#define XL_CALL_(T) SoftmaxT<T>(logits, labels, rows, cols, loss, dlogits)
-  switch (precision) {
-    case v1::FP32:
-      return XL_CALL_(float);
-    case v1::FP16:
-      return XL_CALL_(__half);
-    default:
-      return XL_CALL_(__nv_bfloat16);
-  }
-#undef XL_CALL_
+  return WithElementType(precision, [&](auto tag) {
+    using T = decltype(tag);
+    return SoftmaxT<T>(logits, labels, rows, cols, loss, dlogits);
+  });
 }
 
 absl::Status CudaAdamWStepForTest(const TrainConfig& config,

@@ -39,13 +39,13 @@ class FakeScheduler final : public v1::AgentService::Service {
       received_.push_back(message);
     }
     v1::SchedulerMessage ack;
-    bool log_acks_capability_ = true;
+    bool log_acks = true;
     {
       absl::MutexLock lock(&mu_);
-      log_acks_capability_ = log_acks_capability;
+      log_acks = log_acks_capability_;
     }
     ack.mutable_register_ack()->set_node(message.register_().name());
-    ack.mutable_register_ack()->set_log_acks(log_acks_capability_);
+    ack.mutable_register_ack()->set_log_acks(log_acks);
     *ack.mutable_register_ack()->mutable_heartbeat_interval() =
         ToProtoDuration(absl::Milliseconds(50));
     {
@@ -82,7 +82,7 @@ class FakeScheduler final : public v1::AgentService::Service {
   // Whether RegisterAck says log_acks (false: a scheduler from before them).
   void set_log_acks_capability(bool on) {
     absl::MutexLock lock(&mu_);
-    log_acks_capability = on;
+    log_acks_capability_ = on;
   }
 
   // Breaks the current stream, as a scheduler restart would.
@@ -118,7 +118,7 @@ class FakeScheduler final : public v1::AgentService::Service {
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
   grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool ack_logs_ ABSL_GUARDED_BY(mu_) = true;
-  bool log_acks_capability ABSL_GUARDED_BY(mu_) = true;
+  bool log_acks_capability_ ABSL_GUARDED_BY(mu_) = true;
 };
 
 // A gRPC server around a FakeScheduler; `port` 0 picks a free port.
@@ -213,7 +213,7 @@ SessionOptions Options(int port) {
 bool WaitRegistrations(const Session& session, int n) {
   const absl::Time deadline = absl::Now() + kWait;
   while (session.registrations() < n && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
+    absl::SleepFor(absl::Milliseconds(2));
   }
   return session.registrations() >= n;
 }
@@ -259,10 +259,7 @@ TEST(SessionTest, PassesCommandsToTheControllerAndEventsToTheScheduler) {
   session.Start(&controller);
   ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) { return !ms.empty(); }));
   // Wait until the stream is ready for the server's writes.
-  absl::Time deadline = absl::Now() + kWait;
-  while (!session.connected() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  WaitRegistrations(session, 1);
 
   v1::SchedulerMessage start;
   start.mutable_start_ranks()->set_job_id("j2");
@@ -427,10 +424,7 @@ TEST(SessionTest, ReconnectsAfterTheStreamBreaks) {
   Session session(Options(server.port()));
   session.Start(&controller);
   ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) { return !ms.empty(); }));
-  absl::Time deadline = absl::Now() + kWait;
-  while (!session.connected() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  WaitRegistrations(session, 1);
   scheduler.Break();
   EXPECT_TRUE(scheduler.WaitFor([](const auto& ms) {
     return CountOf(ms, v1::AgentMessage::kRegister) >= 2;
@@ -462,10 +456,7 @@ TEST(SessionTest, ShutdownSendsWhatIsQueued) {
   FakeController controller;
   Session session(Options(server.port()));
   session.Start(&controller);
-  absl::Time deadline = absl::Now() + kWait;
-  while (!session.connected() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  WaitRegistrations(session, 1);
   session.OnRankStatus(Status("j4", 0, v1::RANK_EXITED));
   session.Shutdown(absl::Seconds(1));
   EXPECT_TRUE(scheduler.WaitFor([](const auto& ms) {
@@ -486,10 +477,7 @@ TEST(SessionTest, RunsARankEndToEnd) {
   Supervisor supervisor(supervisor_options, &session);
   ASSERT_TRUE(supervisor.Start().ok());
   session.Start(&supervisor);
-  absl::Time deadline = absl::Now() + kWait;
-  while (!session.connected() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  WaitRegistrations(session, 1);
   v1::SchedulerMessage start;
   v1::StartRanks* s = start.mutable_start_ranks();
   s->set_job_id("e2e");
