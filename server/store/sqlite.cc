@@ -30,18 +30,26 @@ absl::Status Db::Error(int rc, absl::string_view what) const {
 }
 
 absl::StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path,
-                                             bool read_only) {
+                                             const DbOptions& options) {
+  const bool read_only = options.read_only;
+  if (options.synchronous != "FULL" && options.synchronous != "NORMAL" &&
+      options.synchronous != "OFF") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synchronous: \"", options.synchronous, "\" is not FULL, NORMAL or OFF"));
+  }
   sqlite3* raw = nullptr;
   int flags = read_only ? SQLITE_OPEN_READONLY
                         : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   flags |= SQLITE_OPEN_NOMUTEX;
-  int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &raw, flags,
+                           options.vfs.empty() ? nullptr : options.vfs.c_str());
   std::unique_ptr<Db> db(new Db(raw, path));
   if (rc != SQLITE_OK) return db->Error(rc, "open");
   sqlite3_busy_timeout(raw, 5000);
   sqlite3_extended_result_codes(raw, 1);
   if (path != ":memory:" && !read_only) {
-    auto st = db->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;");
+    auto st = db->Exec(absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA synchronous=",
+                                    options.synchronous, ";"));
     if (!st.ok()) return st;
   }
   auto st = db->Exec("PRAGMA foreign_keys=ON;");

@@ -19,12 +19,27 @@ namespace xl::store {
 
 class Statement;
 
+struct DbOptions {
+  bool read_only = false;
+  // PRAGMA synchronous for files opened read-write (FULL, NORMAL, OFF).
+  std::string synchronous = "FULL";
+  // The VFS registered under this name; empty: SQLite's default.
+  std::string vfs;
+};
+
 class Db {
  public:
   // Opens (creating if needed) the database file at `path`; ":memory:" for a
-  // private in-memory database. Sets WAL and synchronous=FULL for files.
+  // private in-memory database. Sets WAL and synchronous (FULL unless the
+  // options say otherwise) for files.
   static absl::StatusOr<std::unique_ptr<Db>> Open(const std::string& path,
-                                                  bool read_only = false);
+                                                  const DbOptions& options);
+  static absl::StatusOr<std::unique_ptr<Db>> Open(const std::string& path,
+                                                  bool read_only = false) {
+    DbOptions options;
+    options.read_only = read_only;
+    return Open(path, options);
+  }
   ~Db();
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;

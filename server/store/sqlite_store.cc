@@ -26,26 +26,67 @@ int64_t ToUs(const google::protobuf::Timestamp& t) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(auto db, Db::Open(path));
+// The writes of one transaction, through the writer's prepared statements.
+class SqliteTx : public Tx {
+ public:
+  explicit SqliteTx(SqliteStore* store) : store_(store) {}
+  absl::Status PutJob(const v1::Job& job) override;
+  absl::Status PutToken(int64_t job_id, const std::string& token) override;
+  absl::Status AddEvent(const v1::JobEvent& event) override;
+  absl::Status PutNode(const StoredNode& node) override;
+  absl::Status PutHold(const StoredHold& hold) override;
+  absl::Status DeleteHold(const std::string& node, int64_t job_id,
+                          int32_t attempt) override;
+  absl::Status AppendLog(v1::LogChunk* chunk) override;
+  absl::Status AppendMetrics(const v1::TrainMetrics& metrics) override;
+  absl::Status DeleteLogs(int64_t job_id) override;
+  absl::Status DeleteJob(int64_t job_id) override;
+  absl::Status Probe() override;
+
+ private:
+  SqliteStore* const store_;
+};
+
+absl::Status Store::WriteSync(WriteFn fn) {
+  absl::Mutex mu;
+  bool finished = false;
+  absl::Status result;
+  Write(std::move(fn), [&](absl::Status st) {
+    absl::MutexLock lock(&mu);
+    result = std::move(st);
+    finished = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&finished));
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
+    const std::string& path, const StoreOptions& options) {
+  DbOptions db_options;
+  db_options.synchronous = options.synchronous;
+  db_options.vfs = options.vfs;
+  ASSIGN_OR_RETURN(auto db, Db::Open(path, db_options));
   RETURN_IF_ERROR(Migrate(db.get(), SchemaMigrations()));
   std::unique_ptr<Db> reader;
   if (path == ":memory:") {
     reader = nullptr;  // logs are read through the writer's connection
   } else {
-    ASSIGN_OR_RETURN(reader, Db::Open(path, /*read_only=*/true));
+    db_options.read_only = true;
+    ASSIGN_OR_RETURN(reader, Db::Open(path, db_options));
   }
-  std::unique_ptr<Store> store(new Store(std::move(db), std::move(reader)));
+  std::unique_ptr<SqliteStore> store(
+      new SqliteStore(std::move(db), std::move(reader)));
   RETURN_IF_ERROR(store->PrepareStatements());
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
   return store;
 }
 
-Store::Store(std::unique_ptr<Db> db, std::unique_ptr<Db> reader)
+SqliteStore::SqliteStore(std::unique_ptr<Db> db, std::unique_ptr<Db> reader)
     : db_(std::move(db)), reader_(std::move(reader)) {}
 
-absl::Status Store::PrepareStatements() {
+absl::Status SqliteStore::PrepareStatements() {
   ASSIGN_OR_RETURN(put_job_,
                    db_->Prepare("INSERT INTO jobs (id, idempotency_key, user, "
                                 "queue, state, create_time_us, job) VALUES "
@@ -63,6 +104,26 @@ absl::Status Store::PrepareStatements() {
   ASSIGN_OR_RETURN(append_metrics_,
                    db_->Prepare("INSERT INTO metrics (job_id, time_us, data) "
                                 "VALUES (?,?,?)"));
+  ASSIGN_OR_RETURN(put_token_,
+                   db_->Prepare("UPDATE jobs SET rendezvous_token = ? "
+                                "WHERE id = ?"));
+  ASSIGN_OR_RETURN(put_hold_,
+                   db_->Prepare("INSERT OR REPLACE INTO holds (node, job_id, "
+                                "attempt, allocation) VALUES (?,?,?,?)"));
+  ASSIGN_OR_RETURN(delete_hold_,
+                   db_->Prepare("DELETE FROM holds WHERE node = ? AND "
+                                "job_id = ? AND attempt = ?"));
+  ASSIGN_OR_RETURN(probe_, db_->Prepare("INSERT OR REPLACE INTO probe (id, "
+                                        "time_us) VALUES (1, ?)"));
+  ASSIGN_OR_RETURN(delete_logs_,
+                   db_->Prepare("DELETE FROM logs WHERE job_id = ?"));
+  ASSIGN_OR_RETURN(delete_metrics_,
+                   db_->Prepare("DELETE FROM metrics WHERE job_id = ?"));
+  ASSIGN_OR_RETURN(delete_events_,
+                   db_->Prepare("DELETE FROM job_events WHERE job_id = ?"));
+  ASSIGN_OR_RETURN(delete_job_holds_,
+                   db_->Prepare("DELETE FROM holds WHERE job_id = ?"));
+  ASSIGN_OR_RETURN(delete_job_, db_->Prepare("DELETE FROM jobs WHERE id = ?"));
   ASSIGN_OR_RETURN(savepoint_, db_->Prepare("SAVEPOINT w"));
   ASSIGN_OR_RETURN(release_, db_->Prepare("RELEASE w"));
   ASSIGN_OR_RETURN(rollback_to_, db_->Prepare("ROLLBACK TO w"));
@@ -82,8 +143,8 @@ absl::Status Store::PrepareStatements() {
                                              "WHERE job_id = ? AND seq > ? "
                                              "ORDER BY seq LIMIT ?")));
   ASSIGN_OR_RETURN(read_metrics_,
-                   rdb->Prepare("SELECT data FROM metrics WHERE job_id = ? "
-                                "ORDER BY seq"));
+                   rdb->Prepare("SELECT seq, data FROM metrics WHERE "
+                                "job_id = ? AND seq > ? ORDER BY seq LIMIT ?"));
   ASSIGN_OR_RETURN(read_logs_rank_,
                    rdb->Prepare(absl::StrCat(kCols,
                                              "WHERE job_id = ? AND seq > ? "
@@ -92,7 +153,7 @@ absl::Status Store::PrepareStatements() {
   return absl::OkStatus();
 }
 
-Store::~Store() {
+SqliteStore::~SqliteStore() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -104,21 +165,20 @@ Store::~Store() {
   }
   if (completer_.joinable()) completer_.join();
   // Statements must go before their connections.
-  savepoint_.reset();
-  append_metrics_.reset();
-  release_.reset();
-  rollback_to_.reset();
-  put_job_.reset();
-  add_event_.reset();
-  put_node_.reset();
-  append_log_.reset();
+  for (auto* s : {&put_job_, &put_token_, &add_event_, &put_node_,
+                  &append_log_, &put_hold_, &delete_hold_, &append_metrics_,
+                  &probe_, &delete_logs_, &delete_job_, &delete_events_,
+                  &delete_metrics_, &delete_job_holds_, &savepoint_, &release_,
+                  &rollback_to_}) {
+    s->reset();
+  }
   absl::MutexLock lock(&reader_mu_);
   read_logs_.reset();
   read_logs_rank_.reset();
   read_metrics_.reset();
 }
 
-absl::Status Tx::PutJob(const v1::Job& job) {
+absl::Status SqliteTx::PutJob(const v1::Job& job) {
   Statement* s = store_->put_job_.get();
   int64_t id = JobRowId(job.id());
   if (id <= 0) return absl::InternalError(absl::StrCat("bad job id ", job.id()));
@@ -136,7 +196,7 @@ absl::Status Tx::PutJob(const v1::Job& job) {
   return s->Run();
 }
 
-absl::Status Tx::AddEvent(const v1::JobEvent& e) {
+absl::Status SqliteTx::AddEvent(const v1::JobEvent& e) {
   Statement* s = store_->add_event_.get();
   s->BindInt(1, JobRowId(e.job_id()));
   s->BindInt(2, e.seq());
@@ -148,7 +208,7 @@ absl::Status Tx::AddEvent(const v1::JobEvent& e) {
   return s->Run();
 }
 
-absl::Status Tx::PutNode(const StoredNode& n) {
+absl::Status SqliteTx::PutNode(const StoredNode& n) {
   Statement* s = store_->put_node_.get();
   s->BindText(1, n.name);
   s->BindBlob(2, n.inventory.SerializeAsString());
@@ -158,7 +218,7 @@ absl::Status Tx::PutNode(const StoredNode& n) {
   return s->Run();
 }
 
-absl::Status Tx::AppendLog(v1::LogChunk* c) {
+absl::Status SqliteTx::AppendLog(v1::LogChunk* c) {
   Statement* s = store_->append_log_.get();
   s->BindInt(1, JobRowId(c->job_id()));
   s->BindInt(2, c->attempt());
@@ -177,7 +237,7 @@ absl::Status Tx::AppendLog(v1::LogChunk* c) {
   return absl::OkStatus();
 }
 
-absl::Status Tx::AppendMetrics(const v1::TrainMetrics& m) {
+absl::Status SqliteTx::AppendMetrics(const v1::TrainMetrics& m) {
   Statement* s = store_->append_metrics_.get();
   s->BindInt(1, JobRowId(m.job_id()));
   s->BindInt(2, ToUs(m.time()));
@@ -185,36 +245,95 @@ absl::Status Tx::AppendMetrics(const v1::TrainMetrics& m) {
   return s->Run();
 }
 
-absl::StatusOr<std::vector<v1::TrainMetrics>> Store::ReadMetrics(
-    int64_t job_id) {
+absl::Status SqliteTx::PutToken(int64_t job_id, const std::string& token) {
+  Statement* s = store_->put_token_.get();
+  s->BindText(1, token);
+  s->BindInt(2, job_id);
+  return s->Run();
+}
+
+absl::Status SqliteTx::PutHold(const StoredHold& h) {
+  Statement* s = store_->put_hold_.get();
+  s->BindText(1, h.allocation.node());
+  s->BindInt(2, h.job_id);
+  s->BindInt(3, h.attempt);
+  s->BindBlob(4, h.allocation.SerializeAsString());
+  return s->Run();
+}
+
+absl::Status SqliteTx::DeleteHold(const std::string& node, int64_t job_id,
+                                  int32_t attempt) {
+  Statement* s = store_->delete_hold_.get();
+  s->BindText(1, node);
+  s->BindInt(2, job_id);
+  s->BindInt(3, attempt);
+  return s->Run();
+}
+
+absl::Status SqliteTx::DeleteLogs(int64_t job_id) {
+  Statement* s = store_->delete_logs_.get();
+  s->BindInt(1, job_id);
+  return s->Run();
+}
+
+absl::Status SqliteTx::DeleteJob(int64_t job_id) {
+  for (Statement* s :
+       {store_->delete_logs_.get(), store_->delete_metrics_.get(),
+        store_->delete_events_.get(), store_->delete_job_holds_.get(),
+        store_->delete_job_.get()}) {
+    s->BindInt(1, job_id);
+    RETURN_IF_ERROR(s->Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteTx::Probe() {
+  Statement* s = store_->probe_.get();
+  s->BindInt(1, absl::ToUnixMicros(absl::Now()));
+  return s->Run();
+}
+
+absl::StatusOr<std::vector<std::pair<int64_t, v1::TrainMetrics>>>
+SqliteStore::ReadMetrics(int64_t job_id, int64_t after_seq, int limit) {
   absl::MutexLock lock(&reader_mu_);
   Statement* s = read_metrics_.get();
   s->BindInt(1, job_id);
-  std::vector<v1::TrainMetrics> out;
+  s->BindInt(2, after_seq);
+  s->BindInt(3, limit);
+  std::vector<std::pair<int64_t, v1::TrainMetrics>> out;
   RETURN_IF_ERROR(s->ForEachRow([&] {
     v1::TrainMetrics m;
-    if (m.ParseFromString(s->ColumnBlob(0))) out.push_back(std::move(m));
+    if (m.ParseFromString(s->ColumnBlob(1))) {
+      out.emplace_back(s->ColumnInt(0), std::move(m));
+    }
     return absl::OkStatus();
   }));
   return out;
 }
 
-absl::StatusOr<StoredState> Store::Load() {
+absl::StatusOr<StoredState> SqliteStore::Load() {
+  // Through the reader's connection, so a reload may run while the writer
+  // works (WAL: it sees every committed transaction); ":memory:" has only
+  // the writer's, and loads once, before the first write.
+  absl::MutexLock lock(&reader_mu_);
+  Db* db = reader_ ? reader_.get() : db_.get();
   StoredState state;
   {
-    ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT job FROM jobs ORDER BY id"));
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job, id, rendezvous_token "
+                                          "FROM jobs ORDER BY id"));
     RETURN_IF_ERROR(s->ForEachRow([&] {
       v1::Job job;
       if (!job.ParseFromString(s->ColumnBlob(0))) {
         return absl::DataLossError(
-            absl::StrCat("cannot parse a job row in ", db_->path()));
+            absl::StrCat("cannot parse a job row in ", db->path()));
       }
+      if (!s->ColumnIsNull(2)) state.tokens[s->ColumnInt(1)] = s->ColumnText(2);
       state.jobs.push_back(std::move(job));
       return absl::OkStatus();
     }));
   }
   {
-    ASSIGN_OR_RETURN(auto s, db_->Prepare(
+    ASSIGN_OR_RETURN(auto s, db->Prepare(
                                  "SELECT job_id, seq, time_us, from_state, "
                                  "to_state, attempt, reason FROM job_events "
                                  "ORDER BY job_id, seq"));
@@ -232,7 +351,7 @@ absl::StatusOr<StoredState> Store::Load() {
     }));
   }
   {
-    ASSIGN_OR_RETURN(auto s, db_->Prepare(
+    ASSIGN_OR_RETURN(auto s, db->Prepare(
                                  "SELECT name, inventory, drained, "
                                  "state_reason, register_time_us FROM nodes "
                                  "ORDER BY name"));
@@ -249,41 +368,50 @@ absl::StatusOr<StoredState> Store::Load() {
       return absl::OkStatus();
     }));
   }
+  {
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job_id, attempt, allocation "
+                                          "FROM holds ORDER BY node, job_id"));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      StoredHold h;
+      h.job_id = s->ColumnInt(0);
+      h.attempt = static_cast<int32_t>(s->ColumnInt(1));
+      if (!h.allocation.ParseFromString(s->ColumnBlob(2))) {
+        return absl::DataLossError(
+            absl::StrCat("cannot parse a hold of job ", h.job_id));
+      }
+      state.holds.push_back(std::move(h));
+      return absl::OkStatus();
+    }));
+  }
+  {
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job_id, sum(length(data)) "
+                                          "FROM logs GROUP BY job_id"));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      state.log_bytes[s->ColumnInt(0)] = s->ColumnInt(1);
+      return absl::OkStatus();
+    }));
+  }
   return state;
 }
 
-void Store::Write(WriteFn fn, DoneFn done) {
+void SqliteStore::Write(WriteFn fn, DoneFn done) {
   absl::MutexLock lock(&mu_);
   queue_.push_back(PendingWrite{std::move(fn), std::move(done)});
 }
 
-absl::Status Store::WriteSync(WriteFn fn) {
-  absl::Mutex mu;
-  bool finished = false;
-  absl::Status result;
-  Write(std::move(fn), [&](absl::Status st) {
-    absl::MutexLock lock(&mu);
-    result = std::move(st);
-    finished = true;
-  });
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(&finished));
-  return result;
-}
-
-int64_t Store::commits() const {
+int64_t SqliteStore::commits() const {
   absl::MutexLock lock(&mu_);
   return commits_;
 }
 
-bool Store::AllOk(const std::vector<absl::Status>& results) {
+bool SqliteStore::AllOk(const std::vector<absl::Status>& results) {
   for (const auto& st : results) {
     if (!st.ok()) return false;
   }
   return true;
 }
 
-absl::Status Store::RunBatch(Tx& tx, std::vector<PendingWrite>& batch,
+absl::Status SqliteStore::RunBatch(Tx& tx, std::vector<PendingWrite>& batch,
                              bool isolate, std::vector<absl::Status>* results) {
   RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -308,7 +436,7 @@ absl::Status Store::RunBatch(Tx& tx, std::vector<PendingWrite>& batch,
   return commit;
 }
 
-void Store::WriterLoop() {
+void SqliteStore::WriterLoop() {
   std::vector<PendingWrite> batch;
   std::vector<absl::Status> results;
   while (true) {
@@ -326,7 +454,7 @@ void Store::WriterLoop() {
       }
     }
     results.assign(batch.size(), absl::OkStatus());
-    Tx tx(this);
+    SqliteTx tx(this);
     // Fast path: the whole batch in one transaction, no savepoints. Should a
     // write fail, the transaction is rolled back and the batch run again with
     // a savepoint around each write, so that one failure undoes only itself.
@@ -349,7 +477,7 @@ void Store::WriterLoop() {
   }
 }
 
-void Store::CompletionLoop() {
+void SqliteStore::CompletionLoop() {
   while (true) {
     Completed c;
     {
@@ -368,7 +496,7 @@ void Store::CompletionLoop() {
   }
 }
 
-absl::StatusOr<std::vector<v1::LogChunk>> Store::ReadLogs(int64_t job_id,
+absl::StatusOr<std::vector<v1::LogChunk>> SqliteStore::ReadLogs(int64_t job_id,
                                                           int64_t after_seq,
                                                           int rank,
                                                           int limit) {

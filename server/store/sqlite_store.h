@@ -1,105 +1,64 @@
-// Store: the scheduler's durable state in one SQLite file (WAL,
-// synchronous=FULL) and the only code that speaks SQL about jobs and nodes.
+// SqliteStore: the Store in one SQLite file (WAL, synchronous=FULL) and the
+// only code that speaks SQL about jobs and nodes.
 //
-// Writes are grouped: Write() queues a function; one writer thread runs every
-// queued function inside one transaction (each in its own savepoint, so one
-// failing write does not undo the others), commits once, and only then calls
-// each function's `done`. Many concurrent submits thus share one fsync.
-// Reads of logs use a second connection. All methods are thread-safe.
+// One writer thread runs every queued write inside one transaction, commits
+// once, and hands the `done` callbacks to a completion thread, which runs
+// them in queue order while the writer already runs the next transaction
+// (LevelDB's write path). Many concurrent submits thus share one fsync. Reads
+// of logs and metrics use a second connection. All methods are thread-safe.
 #ifndef XL_SERVER_STORE_SQLITE_STORE_H_
 #define XL_SERVER_STORE_SQLITE_STORE_H_
 
 #include <deque>
-#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "server/store/sqlite.h"
-#include "xl/v1/job.pb.h"
-#include "xl/v1/node.pb.h"
+#include "server/store/store.h"
 
 namespace xl::store {
 
-struct StoredNode {
-  std::string name;
-  v1::NodeInventory inventory;
-  bool drained = false;
-  std::string state_reason;
-  absl::Time register_time;
+struct StoreOptions {
+  // PRAGMA synchronous: FULL (the default) syncs the WAL at every commit, so
+  // an acknowledged write survives power loss. Tests of that fence set OFF
+  // to show the loss the fence prevents.
+  std::string synchronous = "FULL";
+  // The SQLite VFS to open the file with; empty: the default. Tests register
+  // a VFS that loses unsynced writes on a simulated power cut.
+  std::string vfs;
 };
 
-struct StoredState {
-  std::vector<v1::Job> jobs;          // in id order
-  std::vector<v1::JobEvent> events;   // in (job, seq) order
-  std::vector<StoredNode> nodes;
-};
-
-// The writes of one transaction; valid only inside a Write() function.
-class Tx {
+class SqliteStore : public Store {
  public:
-  // Inserts or replaces the job (its id is the row id).
-  absl::Status PutJob(const v1::Job& job);
-  absl::Status AddEvent(const v1::JobEvent& event);
-  absl::Status PutNode(const StoredNode& node);
-  // Appends the chunk and sets its seq; a chunk whose (job, attempt, rank,
-  // stream, end_offset > 0) is already stored is skipped and gets seq 0.
-  absl::Status AppendLog(v1::LogChunk* chunk);
-  absl::Status AppendMetrics(const v1::TrainMetrics& metrics);
-
- private:
-  friend class Store;
-  explicit Tx(class Store* store) : store_(store) {}
-  class Store* store_;
-};
-
-class Store {
- public:
-  using WriteFn = std::function<absl::Status(Tx&)>;
-  using DoneFn = std::function<void(absl::Status)>;
-
   // Opens or creates the database at `path` and migrates it to the newest
   // schema. Errors name the file and what to do.
-  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
+      const std::string& path, const StoreOptions& options = {});
   // Commits what is queued, then stops the writer.
-  ~Store();
+  ~SqliteStore() override;
 
-  // Reads everything the scheduler rebuilds its state from. Call before the
-  // first Write.
-  absl::StatusOr<StoredState> Load();
-
-  // Queues `fn` for the next group transaction; `done` runs on the writer
-  // completion thread after the commit (or with the error), in queue order,
-  // while the writer already runs the next transaction. `done` may be empty.
-  void Write(WriteFn fn, DoneFn done);
-  // Write() and wait for the commit.
-  absl::Status WriteSync(WriteFn fn);
-
-  // Log chunks of a job with seq > after_seq, of one rank (or all when
-  // rank < 0), at most `limit`, in seq order.
+  // Call before the first Write.
+  absl::StatusOr<StoredState> Load() override;
+  void Write(WriteFn fn, DoneFn done) override;
   absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(int64_t job_id,
                                                      int64_t after_seq,
-                                                     int rank, int limit);
-
-  // A job's stored metrics, oldest first.
-  absl::StatusOr<std::vector<v1::TrainMetrics>> ReadMetrics(int64_t job_id);
-
-  // Transactions committed so far (for benchmarks and tests).
-  int64_t commits() const;
+                                                     int rank,
+                                                     int limit) override;
+  absl::StatusOr<std::vector<std::pair<int64_t, v1::TrainMetrics>>>
+  ReadMetrics(int64_t job_id, int64_t after_seq, int limit) override;
+  int64_t commits() const override;
 
  private:
-  friend class Tx;
+  friend class SqliteTx;
   struct PendingWrite {
     WriteFn fn;
     DoneFn done;
   };
-  explicit Store(std::unique_ptr<Db> db, std::unique_ptr<Db> reader);
+  SqliteStore(std::unique_ptr<Db> db, std::unique_ptr<Db> reader);
   absl::Status PrepareStatements();
   void WriterLoop();
   // Runs `batch` in one transaction and commits; with `isolate`, each write
@@ -111,9 +70,11 @@ class Store {
   void CompletionLoop();
 
   std::unique_ptr<Db> db_;  // used by the writer thread only (and Load)
-  std::unique_ptr<Statement> put_job_, add_event_, put_node_, append_log_;
+  std::unique_ptr<Statement> put_job_, put_token_, add_event_, put_node_,
+      append_log_, put_hold_, delete_hold_, append_metrics_, probe_;
+  std::unique_ptr<Statement> delete_logs_, delete_job_, delete_events_,
+      delete_metrics_, delete_job_holds_;
   std::unique_ptr<Statement> savepoint_, release_, rollback_to_;
-  std::unique_ptr<Statement> append_metrics_;
 
   absl::Mutex reader_mu_;
   std::unique_ptr<Db> reader_ ABSL_GUARDED_BY(reader_mu_);

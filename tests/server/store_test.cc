@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "server/store/db_lock.h"
 #include "server/store/migrator.h"
 
 namespace xl::store {
@@ -69,7 +71,7 @@ TEST(MigratorTest, FromEachOlderVersionKeepsData) {
                               "create_time_us, job) VALUES (7, 'bob', 'q', 1, "
                               "0, x'')").ok());
     }
-    auto store = Store::Open(dir.File("a.db"));
+    auto store = SqliteStore::Open(dir.File("a.db"));
     ASSERT_TRUE(store.ok()) << store.status();
     auto state = (*store)->Load();
     ASSERT_TRUE(state.ok());
@@ -89,7 +91,7 @@ TEST(MigratorTest, RefusesANewerDatabase) {
 TEST(StoreTest, CommittedWritesSurviveReopen) {
   TempDir dir;
   {
-    auto store = Store::Open(dir.File("s.db"));
+    auto store = SqliteStore::Open(dir.File("s.db"));
     ASSERT_TRUE(store.ok());
     for (int i = 1; i <= 5; ++i) {
       ASSERT_TRUE((*store)->WriteSync([i](Tx& tx) { return tx.PutJob(MakeJob(i)); }).ok());
@@ -101,7 +103,7 @@ TEST(StoreTest, CommittedWritesSurviveReopen) {
     ASSERT_TRUE((*store)->WriteSync([&](Tx& tx) { return tx.AppendLog(&chunk); }).ok());
     EXPECT_GT(chunk.seq(), 0);
   }
-  auto store = Store::Open(dir.File("s.db"));
+  auto store = SqliteStore::Open(dir.File("s.db"));
   ASSERT_TRUE(store.ok());
   auto state = (*store)->Load();
   ASSERT_TRUE(state.ok());
@@ -117,7 +119,7 @@ TEST(StoreTest, CommittedWritesSurviveReopen) {
 // the same (job, attempt, rank, stream, end_offset) is kept once.
 TEST(StoreTest, LogChunkSentTwiceIsKeptOnce) {
   TempDir dir;
-  auto store = Store::Open(dir.File("s.db"));
+  auto store = SqliteStore::Open(dir.File("s.db"));
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->WriteSync([](Tx& tx) { return tx.PutJob(MakeJob(7)); }).ok());
   v1::LogChunk chunk;
@@ -149,7 +151,7 @@ TEST(StoreTest, LogChunkSentTwiceIsKeptOnce) {
 
 TEST(StoreTest, ConcurrentWritesShareCommits) {
   TempDir dir;
-  auto store = Store::Open(dir.File("s.db"));
+  auto store = SqliteStore::Open(dir.File("s.db"));
   ASSERT_TRUE(store.ok());
   constexpr int kThreads = 16, kEach = 50;
   std::vector<std::thread> threads;
@@ -169,7 +171,7 @@ TEST(StoreTest, ConcurrentWritesShareCommits) {
 
 TEST(StoreTest, AFailedWriteUndoesOnlyItself) {
   TempDir dir;
-  auto store = Store::Open(dir.File("s.db"));
+  auto store = SqliteStore::Open(dir.File("s.db"));
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->WriteSync([](Tx& tx) { return tx.PutJob(MakeJob(1, "k")); }).ok());
   std::atomic<int> done{0};
@@ -191,6 +193,64 @@ TEST(StoreTest, AFailedWriteUndoesOnlyItself) {
   std::vector<std::string> ids;
   for (auto& j : state->jobs) ids.push_back(j.id());
   EXPECT_EQ(ids, (std::vector<std::string>{"1", "4"}));  // 2 rolled back too
+}
+
+}  // namespace
+}  // namespace xl::store
+
+namespace xl::store {
+namespace {
+
+TEST(DbLockTest, SecondSchedulerOnOneDatabaseIsRefused) {
+  TempDir dir;
+  auto first = DbLock::Acquire(dir.File("x.db"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = DbLock::Acquire(dir.File("x.db"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find(
+                absl::StrCat("in use by another xl-scheduler (pid ", getpid(),
+                             ")")),
+            std::string::npos)
+      << second.status();
+  // Another database is no conflict; the lock goes with its holder.
+  EXPECT_TRUE(DbLock::Acquire(dir.File("y.db")).ok());
+  first->reset();
+  EXPECT_TRUE(DbLock::Acquire(dir.File("x.db")).ok());
+}
+
+TEST(StoreTest, HoldsTokensAndRetentionDeletesRoundTrip) {
+  TempDir dir;
+  auto store = SqliteStore::Open(dir.File("s.db"));
+  ASSERT_TRUE(store.ok());
+  StoredHold hold;
+  hold.job_id = 1;
+  hold.attempt = 2;
+  hold.allocation.set_node("a");
+  hold.allocation.add_gpu_indices(3);
+  hold.allocation.add_ranks(5);
+  ASSERT_TRUE((*store)->WriteSync([&](Tx& tx) {
+    RETURN_IF_ERROR(tx.PutJob(MakeJob(1)));
+    RETURN_IF_ERROR(tx.PutToken(1, "secret"));
+    RETURN_IF_ERROR(tx.PutHold(hold));
+    v1::LogChunk c;
+    c.set_job_id("1");
+    c.set_data("12345");
+    return tx.AppendLog(&c);
+  }).ok());
+  auto state = (*store)->Load();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->tokens.at(1), "secret");
+  ASSERT_EQ(state->holds.size(), 1u);
+  EXPECT_EQ(state->holds[0].allocation.gpu_indices(0), 3);
+  EXPECT_EQ(state->log_bytes.at(1), 5);
+  ASSERT_TRUE((*store)->WriteSync([](Tx& tx) {
+    return tx.DeleteJob(1);
+  }).ok());
+  state = (*store)->Load();
+  EXPECT_TRUE(state->jobs.empty());
+  EXPECT_TRUE(state->holds.empty());
+  EXPECT_TRUE(state->log_bytes.empty());
 }
 
 }  // namespace

@@ -1,0 +1,115 @@
+// Store: the scheduler's durable state behind one interface, so the control
+// layer never speaks SQL and tests can put a fault-injecting store in front
+// of the real one (FaultyStore).
+//
+// Writes are grouped: Write() queues a function; the store runs queued
+// functions inside one transaction, commits once, and only then calls each
+// function's `done`, in queue order. A failed write undoes only itself; a
+// failed commit fails every write of its group. Effects of a write (messages
+// to agents, answers to callers, notifications) belong in `done`, and only
+// when its status is OK. All methods are thread-safe.
+#ifndef XL_SERVER_STORE_STORE_H_
+#define XL_SERVER_STORE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "xl/v1/job.pb.h"
+#include "xl/v1/node.pb.h"
+
+namespace xl::store {
+
+struct StoredNode {
+  std::string name;
+  v1::NodeInventory inventory;
+  bool drained = false;
+  std::string state_reason;
+  absl::Time register_time;
+};
+
+// Resources an attempt of a job holds on a node until its ranks there have
+// exited: allocation.ranks are the ranks not yet known to be gone.
+struct StoredHold {
+  int64_t job_id = 0;
+  int32_t attempt = 0;
+  v1::Allocation allocation;
+};
+
+struct StoredState {
+  std::vector<v1::Job> jobs;          // in id order
+  std::vector<v1::JobEvent> events;   // in (job, seq) order
+  std::vector<StoredNode> nodes;
+  std::vector<StoredHold> holds;
+  // Job id -> XL_RENDEZVOUS_TOKEN of its current attempt.
+  std::map<int64_t, std::string> tokens;
+  // Job id -> bytes of stored output (for retention by size).
+  std::map<int64_t, int64_t> log_bytes;
+};
+
+// The writes of one transaction; valid only inside a Write() function.
+class Tx {
+ public:
+  virtual ~Tx() = default;
+  // Inserts or replaces the job (its id is the row id).
+  virtual absl::Status PutJob(const v1::Job& job) = 0;
+  // Sets the rendezvous token of the job's current attempt (a secret: kept
+  // out of the Job message, which users read).
+  virtual absl::Status PutToken(int64_t job_id, const std::string& token) = 0;
+  virtual absl::Status AddEvent(const v1::JobEvent& event) = 0;
+  virtual absl::Status PutNode(const StoredNode& node) = 0;
+  // Inserts or replaces the hold of (node, job, attempt).
+  virtual absl::Status PutHold(const StoredHold& hold) = 0;
+  virtual absl::Status DeleteHold(const std::string& node, int64_t job_id,
+                                  int32_t attempt) = 0;
+  // Appends the chunk and sets its seq; a chunk whose (job, attempt, rank,
+  // stream, end_offset > 0) is already stored is skipped and gets seq 0.
+  virtual absl::Status AppendLog(v1::LogChunk* chunk) = 0;
+  virtual absl::Status AppendMetrics(const v1::TrainMetrics& metrics) = 0;
+  // Retention: removes a job's output, or the job with everything it has.
+  virtual absl::Status DeleteLogs(int64_t job_id) = 0;
+  virtual absl::Status DeleteJob(int64_t job_id) = 0;
+  // A small write that touches the disk: tells whether writes work again.
+  virtual absl::Status Probe() = 0;
+};
+
+class Store {
+ public:
+  using WriteFn = std::function<absl::Status(Tx&)>;
+  using DoneFn = std::function<void(absl::Status)>;
+
+  virtual ~Store() = default;
+
+  // Reads everything the scheduler rebuilds its state from.
+  virtual absl::StatusOr<StoredState> Load() = 0;
+
+  // Queues `fn` for the next group transaction; `done` runs after the commit
+  // (or with the error), in queue order, on the store's completion thread.
+  // `done` may be empty.
+  virtual void Write(WriteFn fn, DoneFn done) = 0;
+  // Write() and wait for the commit.
+  absl::Status WriteSync(WriteFn fn);
+
+  // Log chunks of a job with seq > after_seq, of one rank (or all when
+  // rank < 0), at most `limit`, in seq order.
+  virtual absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(
+      int64_t job_id, int64_t after_seq, int rank, int limit) = 0;
+
+  // A job's stored metrics with seq > after_seq, oldest first, at most
+  // `limit`, each with its seq.
+  virtual absl::StatusOr<std::vector<std::pair<int64_t, v1::TrainMetrics>>>
+  ReadMetrics(int64_t job_id, int64_t after_seq, int limit) = 0;
+
+  // Transactions committed so far (for benchmarks and tests).
+  virtual int64_t commits() const = 0;
+};
+
+}  // namespace xl::store
+
+#endif  // XL_SERVER_STORE_STORE_H_
