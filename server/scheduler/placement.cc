@@ -1,13 +1,17 @@
 #include "server/scheduler/placement.h"
 
+#include "common/duration.h"
+
 #include <algorithm>
-#include <set>
-#include <utility>
+#include <numeric>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/duration.h"
+#include "server/scheduler/fleet_index.h"
+#include "server/scheduler/node_fit.h"
+#include "server/scheduler/request_class.h"
 
 namespace xl::scheduler {
 namespace {
@@ -17,34 +21,114 @@ std::string Label(const v1::NodeInventory& inv, const std::string& key) {
   return it == inv.labels().end() ? std::string() : it->second;
 }
 
-double FastestNic(const v1::NodeInventory& inv) {
-  double best = 0;
-  for (const auto& nic : inv.nics()) best = std::max(best, nic.gbps());
-  return best;
+uint64_t AllGpus(const NodeInfo& info) {
+  const size_t n = std::min<size_t>(info.gpus.size(), 64);
+  return n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
 }
 
-bool GpuMatches(const v1::Gpu& gpu, const v1::ResourceRequest& req) {
-  if (gpu.memory_bytes() < req.min_gpu_memory_bytes()) return false;
-  if (req.gpu_models_size() == 0) return true;
-  for (const auto& m : req.gpu_models()) {
-    if (m == gpu.model()) return true;
+// Maps the GPU index values of a share to positions on the node. Returns
+// false when one is unknown or given twice.
+bool GpuPositions(const NodeInfo& info, const std::vector<int32_t>& indices,
+                  uint64_t* mask) {
+  *mask = 0;
+  const size_t n = std::min<size_t>(info.gpus.size(), 64);
+  for (int32_t index : indices) {
+    size_t pos = 0;
+    while (pos < n && info.gpus[pos].index != index) ++pos;
+    const uint64_t bit = uint64_t{1} << pos;
+    if (pos == n || (*mask & bit) != 0) return false;
+    *mask |= bit;
   }
-  return false;
+  return true;
 }
+
+NodeShare ShareOf(const NodeCapacity& node, uint64_t gpus, const Needs& needs) {
+  NodeShare share;
+  share.node = node.name();
+  for (; gpus != 0; gpus &= gpus - 1) {
+    share.gpu_indices.push_back(node.info->gpus[__builtin_ctzll(gpus)].index);
+  }
+  share.cpus = needs.req->cpus_per_node();
+  share.memory_bytes = needs.memory;
+  share.nvme_bytes = needs.nvme;
+  share.nic_gbps = needs.nic_gbps;
+  return share;
+}
+
+// The classes of one pass. Jobs with equal requests share one entry: the
+// control layer shares one request object between equal requests, so the
+// pointer answers first and the serialized request only for new pointers.
+class ClassTable {
+ public:
+  struct Entry {
+    std::shared_ptr<const v1::ResourceRequest> request;
+    std::unique_ptr<RequestClass> live;  // built at the class's first job
+    std::shared_ptr<const std::string> reason;  // set once it failed
+  };
+
+  Entry& Find(const std::shared_ptr<const v1::ResourceRequest>& request) {
+    if (request == nullptr) {
+      if (no_request_.reason == nullptr) {
+        no_request_.reason = std::make_shared<const std::string>(
+            "the job has no resource request");
+      }
+      return no_request_;
+    }
+    auto by_pointer = by_pointer_.find(request.get());
+    if (by_pointer != by_pointer_.end()) return entries_[by_pointer->second];
+    auto [it, added] = by_content_.emplace(
+        request->SerializeAsString(), static_cast<int32_t>(entries_.size()));
+    if (added) entries_.push_back(Entry{request, nullptr, nullptr});
+    by_pointer_.emplace(request.get(), it->second);
+    return entries_[it->second];
+  }
+
+ private:
+  std::unordered_map<const v1::ResourceRequest*, int32_t> by_pointer_;
+  std::unordered_map<std::string, int32_t> by_content_;
+  std::vector<Entry> entries_;
+  Entry no_request_;
+};
 
 }  // namespace
 
+std::shared_ptr<const NodeInfo> NodeInfo::FromInventory(
+    const std::string& name, const v1::NodeInventory& inv) {
+  auto info = std::make_shared<NodeInfo>();
+  info->name = name;
+  info->switch_label = Label(inv, "switch");
+  info->rack_label = Label(inv, "rack");
+  // A free mask has 64 bits: GPUs past the 64th are left unused rather than
+  // refusing the node.
+  const int gpus = std::min(inv.gpus_size(), 64);
+  info->gpus.reserve(gpus);
+  for (int i = 0; i < gpus; ++i) {
+    const v1::Gpu& g = inv.gpus(i);
+    info->gpus.push_back({g.index(), g.model(), g.memory_bytes()});
+  }
+  info->cpus = inv.cpus();
+  info->memory_bytes = inv.memory_bytes();
+  for (const auto& d : inv.nvme()) info->nvme_bytes += d.free_bytes();
+  for (const auto& nic : inv.nics()) {
+    info->nic_gbps = std::max(info->nic_gbps, nic.gbps());
+  }
+  return info;
+}
+
+NodeCapacity NodeCapacity::Empty(std::shared_ptr<const NodeInfo> info) {
+  NodeCapacity n;
+  n.gpu_free = AllGpus(*info);
+  n.cpus_free = info->cpus;
+  n.memory_free = info->memory_bytes;
+  n.nvme_free = info->nvme_bytes;
+  n.nic_gbps_free = info->nic_gbps;
+  n.info = std::move(info);
+  return n;
+}
+
 NodeCapacity NodeCapacity::Empty(std::string name,
                                  const v1::NodeInventory& inv) {
-  NodeCapacity n;
-  n.name = std::move(name);
-  n.inventory = inv;
-  n.gpu_free.assign(inv.gpus_size(), true);
-  n.cpus_free = inv.cpus();
-  n.memory_free = inv.memory_bytes();
-  for (const auto& d : inv.nvme()) n.nvme_free += d.free_bytes();
-  n.nic_gbps_free = FastestNic(inv);
-  return n;
+  return Empty(NodeInfo::FromInventory(name, inv));
 }
 
 std::string DescribeRequest(const v1::ResourceRequest& req) {
@@ -68,7 +152,8 @@ std::string DescribeRequest(const v1::ResourceRequest& req) {
         absl::StrCat(HumanBytes(req.memory_bytes_per_node()), " memory"));
   }
   if (req.nvme_bytes_per_node() > 0) {
-    parts.push_back(absl::StrCat(HumanBytes(req.nvme_bytes_per_node()), " NVMe"));
+    parts.push_back(
+        absl::StrCat(HumanBytes(req.nvme_bytes_per_node()), " NVMe"));
   }
   if (req.nic_gbps_per_node() > 0) {
     parts.push_back(absl::StrFormat("%g Gbit/s NIC", req.nic_gbps_per_node()));
@@ -81,193 +166,111 @@ std::string DescribeRequest(const v1::ResourceRequest& req) {
 
 std::string FitOnNode(const NodeCapacity& node, const v1::ResourceRequest& req,
                       NodeShare* share) {
-  if (!node.unavailable.empty()) return node.unavailable;
-  const auto& inv = node.inventory;
-  std::vector<int32_t> gpus;
-  if (req.gpus_per_node() > 0) {
-    int matching = 0;
-    for (int i = 0; i < inv.gpus_size(); ++i) {
-      if (!GpuMatches(inv.gpus(i), req)) continue;
-      ++matching;
-      if (node.gpu_free[i] &&
-          static_cast<int>(gpus.size()) < req.gpus_per_node()) {
-        gpus.push_back(inv.gpus(i).index());
-      }
-    }
-    if (static_cast<int>(gpus.size()) < req.gpus_per_node()) {
-      if (matching < req.gpus_per_node()) {
-        std::string what = "GPUs";
-        if (req.min_gpu_memory_bytes() > 0 || req.gpu_models_size() > 0) {
-          what = "matching GPUs";
-        }
-        return absl::StrFormat("has %d %s, needs %d", matching, what,
-                               req.gpus_per_node());
-      }
-      return absl::StrFormat("%d of %d matching GPUs free, needs %d",
-                             gpus.size(), matching, req.gpus_per_node());
-    }
-  }
-  if (req.cpus_per_node() > node.cpus_free) {
-    return absl::StrFormat("%d CPUs free, needs %d", node.cpus_free,
-                           req.cpus_per_node());
-  }
-  if (req.memory_bytes_per_node() > node.memory_free) {
-    return absl::StrCat(HumanBytes(node.memory_free), " memory free, needs ",
-                        HumanBytes(req.memory_bytes_per_node()));
-  }
-  if (req.nvme_bytes_per_node() > node.nvme_free) {
-    return absl::StrCat(HumanBytes(node.nvme_free), " NVMe free, needs ",
-                        HumanBytes(req.nvme_bytes_per_node()));
-  }
-  if (req.nic_gbps_per_node() > node.nic_gbps_free + 1e-9) {
-    return absl::StrFormat("%g Gbit/s NIC free, needs %g", node.nic_gbps_free,
-                           req.nic_gbps_per_node());
-  }
+  const Needs needs(req);
+  const uint64_t matching = MatchingGpus(*node.info, req);
+  const FreeCapacity free{node.gpu_free, node.cpus_free, node.memory_free,
+                          node.nvme_free, node.nic_gbps_free};
+  Misfit misfit = Classify(node.unavailable, free, matching, needs);
+  if (misfit.kind != Misfit::kFits) return MisfitText(misfit, needs);
   if (share != nullptr) {
-    share->node = node.name;
-    share->gpu_indices = std::move(gpus);
-    share->cpus = req.cpus_per_node();
-    share->memory_bytes = req.memory_bytes_per_node();
-    share->nvme_bytes = req.nvme_bytes_per_node();
-    share->nic_gbps = req.nic_gbps_per_node();
+    *share = ShareOf(node, LowestBits(matching & free.gpus, needs.gpus), needs);
   }
   return "";
-}
-
-void Consume(NodeCapacity* node, const NodeShare& share) {
-  for (int32_t idx : share.gpu_indices) {
-    for (int i = 0; i < node->inventory.gpus_size(); ++i) {
-      if (node->inventory.gpus(i).index() == idx) node->gpu_free[i] = false;
-    }
-  }
-  node->cpus_free -= share.cpus;
-  node->memory_free -= std::min(node->memory_free, share.memory_bytes);
-  node->nvme_free -= std::min(node->nvme_free, share.nvme_bytes);
-  node->nic_gbps_free -= share.nic_gbps;
 }
 
 bool PlaceGang(const std::vector<NodeCapacity>& nodes,
                const v1::ResourceRequest& req, Placement* placement,
                std::string* reason) {
-  struct Candidate {
-    const NodeCapacity* node;
-    NodeShare share;
-  };
-  std::vector<Candidate> fits;
-  // Why the others do not fit, grouped: reason -> node names.
-  std::map<std::string, std::vector<std::string>> misfits;
-  for (const auto& node : nodes) {
-    Candidate c{&node, {}};
-    std::string why = FitOnNode(node, req, &c.share);
-    if (why.empty()) {
-      fits.push_back(std::move(c));
-    } else {
-      misfits[why].push_back(node.name);
-    }
-  }
-  const size_t want = static_cast<size_t>(req.nodes());
-  if (fits.size() < want) {
-    if (reason != nullptr) {
-      // Would the job fit on the whole fleet with nothing else running?
-      int could = 0;
-      for (const auto& node : nodes) {
-        if (FitOnNode(NodeCapacity::Empty(node.name, node.inventory), req,
-                      nullptr)
-                .empty()) {
-          ++could;
-        }
-      }
-      std::string text = absl::StrCat("needs ", DescribeRequest(req), "; ");
-      if (static_cast<size_t>(could) < want) {
-        absl::StrAppend(&text, "the fleet has only ", could, " such node",
-                        could == 1 ? "" : "s", " of ", nodes.size(),
-                        " even when idle, so it cannot start until nodes are "
-                        "added (or shrink the request); ");
-      }
-      absl::StrAppend(&text, fits.size(), " fit", fits.size() == 1 ? "s" : "",
-                      " now");
-      std::vector<std::string> groups;
-      for (const auto& [why, names] : misfits) {
-        std::vector<std::string> shown(
-            names.begin(), names.begin() + std::min<size_t>(names.size(), 4));
-        std::string who = absl::StrJoin(shown, ", ");
-        if (names.size() > shown.size()) {
-          absl::StrAppend(&who, " and ", names.size() - shown.size(), " more");
-        }
-        groups.push_back(absl::StrCat(who, ": ", why));
-      }
-      if (!groups.empty()) {
-        absl::StrAppend(&text, "; ", absl::StrJoin(groups, "; "));
-      }
-      if (nodes.empty()) absl::StrAppend(&text, "; no node is registered");
-      *reason = text;
-    }
+  FleetIndex fleet(nodes);
+  RequestClass klass(fleet, req);
+  std::vector<RequestClass::Pick> picks;
+  if (!klass.Choose(&picks)) {
+    if (reason != nullptr) *reason = klass.WhyNot();
     return false;
   }
-  // Prefer one switch: the switch with enough fitting nodes and the fewest
-  // spare ones (best fit keeps big groups whole for big jobs).
-  std::map<std::string, std::vector<Candidate*>> by_switch;
-  for (auto& c : fits) by_switch[Label(c.node->inventory, "switch")].push_back(&c);
-  std::vector<Candidate*> chosen;
-  size_t best_size = SIZE_MAX;
-  for (auto& [sw, group] : by_switch) {
-    if (sw.empty()) continue;
-    if (group.size() >= want && group.size() < best_size) {
-      best_size = group.size();
-      chosen = group;
-    }
-  }
-  // Ring order: nodes of a switch together, then of a rack, the fastest
-  // NICs first within a rack, so the ring crosses the fewest switches.
-  auto ring_order = [](Candidate* a, Candidate* b) {
-    auto key = [](Candidate* c) {
-      return std::make_tuple(Label(c->node->inventory, "switch"),
-                             Label(c->node->inventory, "rack"),
-                             -FastestNic(c->node->inventory), c->node->name);
-    };
-    return key(a) < key(b);
-  };
-  if (chosen.empty()) {
-    for (auto& c : fits) chosen.push_back(&c);
-  }
-  std::sort(chosen.begin(), chosen.end(), ring_order);
-  chosen.resize(want);
   placement->shares.clear();
-  for (Candidate* c : chosen) placement->shares.push_back(c->share);
+  for (const auto& pick : picks) {
+    placement->shares.push_back(
+        ShareOf(fleet.node_at(pick.slot), pick.gpus, klass.needs()));
+  }
   return true;
 }
 
-Decisions Schedule(std::vector<NodeCapacity> nodes,
-                   std::vector<JobRequest> queue) {
-  std::sort(queue.begin(), queue.end(),
-            [](const JobRequest& a, const JobRequest& b) {
-              if (a.priority != b.priority) return a.priority > b.priority;
-              return a.submit_seq < b.submit_seq;
-            });
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i].name] = i;
+bool Consume(NodeCapacity* node, const NodeShare& share) {
+  uint64_t gpus;
+  if (!GpuPositions(*node->info, share.gpu_indices, &gpus) ||
+      (gpus & ~node->gpu_free) != 0 || share.cpus > node->cpus_free ||
+      share.memory_bytes > node->memory_free ||
+      share.nvme_bytes > node->nvme_free ||
+      share.nic_gbps > node->nic_gbps_free + kNicSlackGbps) {
+    return false;
+  }
+  node->gpu_free &= ~gpus;
+  node->cpus_free -= share.cpus;
+  node->memory_free -= share.memory_bytes;
+  node->nvme_free -= share.nvme_bytes;
+  node->nic_gbps_free = std::max(0.0, node->nic_gbps_free - share.nic_gbps);
+  return true;
+}
+
+void Release(NodeCapacity* node, const NodeShare& share) {
+  const NodeInfo& info = *node->info;
+  uint64_t gpus;
+  if (GpuPositions(info, share.gpu_indices, &gpus)) node->gpu_free |= gpus;
+  // Never more than the node has, even if a share is given back twice.
+  node->cpus_free = std::min<int64_t>(node->cpus_free + share.cpus, info.cpus);
+  node->memory_free =
+      std::min(node->memory_free + share.memory_bytes, info.memory_bytes);
+  node->nvme_free =
+      std::min(node->nvme_free + share.nvme_bytes, info.nvme_bytes);
+  node->nic_gbps_free =
+      std::min(node->nic_gbps_free + share.nic_gbps, info.nic_gbps);
+}
+
+Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
+  std::vector<int32_t> order(queue.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Equal keys keep the queue's order.
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (queue[a].priority != queue[b].priority) {
+      return queue[a].priority > queue[b].priority;
+    }
+    if (queue[a].submit_seq != queue[b].submit_seq) {
+      return queue[a].submit_seq < queue[b].submit_seq;
+    }
+    return a < b;
+  });
+  FleetIndex fleet(snapshot.nodes);
+  ClassTable classes;
   Decisions out;
-  // Jobs with the same request get the same answer until something starts,
-  // so a long queue of like jobs costs one placement attempt.
-  std::map<std::string, std::string> failed;
-  for (const auto& job : queue) {
-    std::string key = job.resources.SerializeAsString();
-    auto memo = failed.find(key);
-    if (memo != failed.end()) {
-      out.waiting[job.job_id] = memo->second;
-      continue;
+  out.waiting.reserve(queue.size());
+  std::vector<RequestClass::Pick> picks;
+  for (int32_t i : order) {
+    JobRequest& job = queue[i];
+    ClassTable::Entry& c = classes.Find(job.resources);
+    if (c.reason == nullptr) {
+      if (c.live == nullptr) {
+        c.live = std::make_unique<RequestClass>(fleet, *c.request);
+      } else {
+        c.live->CatchUp();
+      }
+      if (c.live->Choose(&picks)) {
+        Placement placement;
+        placement.shares.reserve(picks.size());
+        for (const auto& pick : picks) {
+          placement.shares.push_back(
+              ShareOf(fleet.node_at(pick.slot), pick.gpus, c.live->needs()));
+          fleet.Take(pick.slot, pick.gpus, c.live->needs());
+        }
+        out.starts.emplace_back(std::move(job.job_id), std::move(placement));
+        continue;
+      }
+      // Capacity only shrinks within a pass: the class fails for the rest
+      // of it, with this reason.
+      c.reason = std::make_shared<const std::string>(c.live->WhyNot());
+      c.live.reset();
     }
-    Placement placement;
-    std::string reason;
-    if (!PlaceGang(nodes, job.resources, &placement, &reason)) {
-      failed[key] = reason;
-      out.waiting[job.job_id] = reason;
-      continue;
-    }
-    for (const auto& share : placement.shares) {
-      Consume(&nodes[index[share.node]], share);
-    }
-    out.starts.emplace_back(job.job_id, std::move(placement));
+    out.waiting.emplace_back(std::move(job.job_id), c.reason);
   }
   return out;
 }

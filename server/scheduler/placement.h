@@ -1,37 +1,69 @@
-// The pure scheduling core: given the free capacity of every node and the
-// queue, decide which jobs start where (gang placement: all of a job's nodes
-// at once or none) and why every other job waits. No I/O, no clock, no
-// threads: data in, decisions out. Policy: priority, then submit order; a job
-// that does not fit does not block smaller ones behind it (no reservation
-// yet). Thread-compatible.
+// The pure scheduling core: given a snapshot of the cluster (what every node
+// has free, the running gangs, per-queue usage) and the pending queue, decide
+// which jobs start where (gang placement: all of a job's nodes at once or
+// none) and why every other job waits. No I/O, no clock, no threads: data in,
+// decisions out. Policy: priority, then submit order; a job that does not fit
+// does not block smaller ones behind it (no reservation yet).
+//
+// Cost: jobs with equal requests form a class and are answered together; a
+// class that fails once fails for the rest of the pass (capacity only shrinks
+// within a pass); fitting nodes are found through per-class candidate lists
+// grouped by switch, so a pass costs about nodes x classes + starts, not
+// nodes x jobs. Reasons are built once per class. Thread-compatible.
 #ifndef XL_SERVER_SCHEDULER_PLACEMENT_H_
 #define XL_SERVER_SCHEDULER_PLACEMENT_H_
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "xl/v1/job.pb.h"
 #include "xl/v1/node.pb.h"
 
 namespace xl::scheduler {
 
-// What one node has free right now.
-struct NodeCapacity {
+// What a node is, as far as placement cares; built once per registration and
+// shared (immutable) by every snapshot.
+struct NodeInfo {
+  struct Gpu {
+    int32_t index = 0;  // the GPU's index value (CUDA_VISIBLE_DEVICES)
+    std::string model;
+    uint64_t memory_bytes = 0;
+  };
   std::string name;
-  v1::NodeInventory inventory;
+  std::string switch_label;  // labels["switch"], or empty
+  std::string rack_label;    // labels["rack"], or empty
+  std::vector<Gpu> gpus;     // at most 64
+  int64_t cpus = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t nvme_bytes = 0;   // free bytes of all NVMe devices at registration
+  double nic_gbps = 0;       // the fastest NIC
+
+  static std::shared_ptr<const NodeInfo> FromInventory(
+      const std::string& name, const v1::NodeInventory& inv);
+};
+
+// What one node has free right now. Cheap to copy (the static part is shared).
+struct NodeCapacity {
+  std::shared_ptr<const NodeInfo> info;
   // Empty when the node takes new work; else why not ("drained", ...).
   std::string unavailable;
-  // Parallel to inventory.gpus(): true where the GPU is free.
-  std::vector<bool> gpu_free;
+  // Bit i set: info->gpus[i] (a position, not an index value) is free.
+  uint64_t gpu_free = 0;
   int64_t cpus_free = 0;
   uint64_t memory_free = 0;
   uint64_t nvme_free = 0;
   // Unreserved bandwidth of the node's fastest NIC.
   double nic_gbps_free = 0;
 
+  const std::string& name() const { return info->name; }
+
   // A node with everything free.
+  static NodeCapacity Empty(std::shared_ptr<const NodeInfo> info);
   static NodeCapacity Empty(std::string name, const v1::NodeInventory& inv);
 };
 
@@ -40,7 +72,37 @@ struct JobRequest {
   std::string job_id;
   int32_t priority = 0;
   int64_t submit_seq = 0;  // FIFO order among equal priorities
-  v1::ResourceRequest resources;  // already defaulted and validated
+  // Already defaulted and validated. Jobs whose requests are equal form one
+  // class; the control layer shares one object between equal requests, so
+  // the core can compare pointers before contents.
+  std::shared_ptr<const v1::ResourceRequest> resources;
+  std::string queue;
+  std::string user;
+};
+
+// A job that runs now (input for policy: preemption, reservations).
+struct RunningGang {
+  std::string job_id;
+  int32_t priority = 0;
+  std::string queue;
+  std::string user;
+  std::vector<std::string> nodes;
+  int64_t gpus = 0;
+  // When its time limit ends it at the latest; InfiniteFuture without one.
+  absl::Time expected_end = absl::InfiniteFuture();
+};
+
+struct QueueUsage {
+  int64_t running_jobs = 0;
+  int64_t gpus_in_use = 0;
+  int64_t pending_jobs = 0;
+};
+
+// Everything a pass decides on, copied out of the scheduler's state.
+struct ClusterSnapshot {
+  std::vector<NodeCapacity> nodes;
+  std::vector<RunningGang> running;
+  std::map<std::string, QueueUsage> queues;
 };
 
 // What a job gets on one node.
@@ -61,8 +123,10 @@ struct Placement {
 struct Decisions {
   // Jobs to start, in the order decided.
   std::vector<std::pair<std::string, Placement>> starts;
-  // For every job left waiting: the reason, in words and numbers.
-  std::map<std::string, std::string> waiting;
+  // Every job left waiting, with the reason in words and numbers. Jobs of
+  // one class share one string.
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
+      waiting;
 };
 
 // Returns an empty string when `request` fits on `node` now (and fills
@@ -77,12 +141,14 @@ bool PlaceGang(const std::vector<NodeCapacity>& nodes,
                const v1::ResourceRequest& req, Placement* placement,
                std::string* reason);
 
-// Takes the nodes' resources for `share` (used to keep a pass consistent).
-void Consume(NodeCapacity* node, const NodeShare& share);
+// Takes the node's resources for `share`. Returns false (and changes
+// nothing) when the node no longer has them.
+bool Consume(NodeCapacity* node, const NodeShare& share);
+// Gives them back.
+void Release(NodeCapacity* node, const NodeShare& share);
 
 // Runs one scheduling pass over `queue` (any order; sorted here).
-Decisions Schedule(std::vector<NodeCapacity> nodes,
-                   std::vector<JobRequest> queue);
+Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue);
 
 // "2 nodes x (2 GPUs >= 80 GiB, 4 CPUs, 1 TiB NVMe)": a request in words.
 std::string DescribeRequest(const v1::ResourceRequest& req);
