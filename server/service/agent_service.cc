@@ -31,22 +31,23 @@ std::string PeerIp(const std::string& peer) {
   return "127.0.0.1";
 }
 
-class AgentStream : public AgentConnection {
+class AgentStream : public state::AgentConnection {
  public:
   AgentStream(Reactor* reactor, std::string peer)
       : reactor_(reactor), peer_(std::move(peer)) {}
 
-  void Send(const v1::SchedulerMessage& msg) override {
+  bool Send(const v1::SchedulerMessage& msg) override {
     const v1::SchedulerMessage* next = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      if (done_ || finishing_) return;
+      if (done_ || finishing_) return false;
       queue_.push_back(msg);
-      if (writing_) return;
+      if (writing_) return true;
       writing_ = true;
       next = &queue_.front();
     }
     reactor_->StartWrite(next);
+    return true;
   }
 
   void Close(const std::string& why) override {

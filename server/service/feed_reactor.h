@@ -17,9 +17,11 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status.h"
-#include "server/service/controller.h"
+#include "server/control/controller.h"
 
 namespace xl::service {
+
+using control::Controller;
 
 template <typename T>
 class FeedReactor : public grpc::ServerWriteReactor<T> {

@@ -114,7 +114,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(
     grpc::CallbackServerContext* ctx, const v1::GetJobMetricsRequest* request,
     v1::GetJobMetricsResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  FinishWith(reactor, controller_->GetJobMetrics(request->job_id()), response);
+  FinishWith(reactor, controller_->GetJobMetrics(*request), response);
   return reactor;
 }
 
@@ -131,7 +131,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Put(
     v1::RendezvousPutResponse* response) {
   (void)response;
   auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(controller_->RendezvousPut(*request)));
+  reactor->Finish(ToGrpcStatus(controller_->rendezvous()->Put(*request)));
   return reactor;
 }
 
@@ -139,7 +139,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(
     grpc::CallbackServerContext* ctx, const v1::RendezvousGetRequest* request,
     v1::RendezvousGetResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  controller_->RendezvousGet(
+  controller_->rendezvous()->Get(
       *request,
       [reactor, response](absl::StatusOr<std::vector<std::string>> values) {
         if (values.ok()) {

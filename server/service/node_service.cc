@@ -9,10 +9,10 @@ namespace xl::service {
 grpc::ServerUnaryReactor* NodeServiceImpl::ListNodes(
     grpc::CallbackServerContext* ctx, const v1::ListNodesRequest* request,
     v1::ListNodesResponse* response) {
-  (void)request;
   auto* reactor = ctx->DefaultReactor();
-  *response = controller_->ListNodes();
-  reactor->Finish(grpc::Status::OK);
+  auto nodes = controller_->ListNodes(*request);
+  if (nodes.ok()) *response = std::move(*nodes);
+  reactor->Finish(ToGrpcStatus(nodes.status()));
   return reactor;
 }
 

@@ -16,7 +16,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
         "--db: required; give the SQLite file to keep jobs in, or use --dev");
   }
   std::unique_ptr<SchedulerServer> s(new SchedulerServer());
-  auto store = store::Store::Open(opts.db);
+  // One scheduler per database: a second one would overwrite the first's
+  // jobs with its own view of them.
+  auto lock = store::DbLock::Acquire(opts.db);
+  if (!lock.ok()) return lock.status();
+  s->lock_ = std::move(*lock);
+  auto store = store::SqliteStore::Open(opts.db);
   if (!store.ok()) return Annotate(store.status(), "--db");
   s->store_ = std::move(*store);
 
@@ -39,7 +44,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
 
   // The controller needs the final address for XL_SCHEDULER, known only
   // after binding; build the services first, start the loop after.
-  ControllerOptions copts = opts.controller;
+  control::ControllerOptions copts = opts.controller;
   s->controller_ = std::make_unique<Controller>(s->store_.get(),
                                                 RealClock::Get(), copts);
   auto recovered = s->controller_->Recover();

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/service/controller.h"
 #include "server/service/services.h"
+#include "server/store/db_lock.h"
 #include "server/store/sqlite_store.h"
 
 namespace xl::service {
@@ -22,7 +22,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7070";
   // The SQLite file.
   std::string db;
-  ControllerOptions controller;
+  control::ControllerOptions controller;
 };
 
 class SchedulerServer {
@@ -38,6 +38,7 @@ class SchedulerServer {
 
  private:
   SchedulerServer() = default;
+  std::unique_ptr<store::DbLock> lock_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<JobServiceImpl> jobs_;

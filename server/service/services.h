@@ -4,12 +4,14 @@
 #ifndef XL_SERVER_SERVICE_SERVICES_H_
 #define XL_SERVER_SERVICE_SERVICES_H_
 
-#include "server/service/controller.h"
+#include "server/control/controller.h"
 #include "xl/v1/agent.grpc.pb.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 namespace xl::service {
+
+using control::Controller;
 
 class JobServiceImpl : public v1::JobService::CallbackService {
  public:

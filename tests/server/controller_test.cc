@@ -1,163 +1,16 @@
 // The controller with a real store, a fake clock and fake agent connections:
 // the environment of ranks, success, failure, requeue on node loss, time
 // limits, idempotency and cancel. No gRPC, no sleeps on the clock.
-#include "server/service/controller.h"
+#include "tests/server/controller_fixture.h"
 
-#include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <filesystem>
-
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-
-namespace xl::service {
+namespace xl::control {
 namespace {
 
-class FakeConnection : public AgentConnection {
- public:
-  void Send(const v1::SchedulerMessage& msg) override {
-    absl::MutexLock lock(&mu_);
-    sent_.push_back(msg);
-  }
-  void Close(const std::string& why) override {
-    absl::MutexLock lock(&mu_);
-    closed_ = why;
-  }
-  std::string PeerAddress() const override { return "10.0.0.1"; }
-
-  // Waits (bounded) for a message of the given case; returns it and removes
-  // everything before it.
-  v1::SchedulerMessage WaitFor(v1::SchedulerMessage::MsgCase c) {
-    absl::MutexLock lock(&mu_);
-    auto has = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      for (auto& m : sent_) if (m.msg_case() == c) return true;
-      return false;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&has), absl::Seconds(10));
-    while (!sent_.empty()) {
-      auto m = sent_.front();
-      sent_.erase(sent_.begin());
-      if (m.msg_case() == c) return m;
-    }
-    ADD_FAILURE() << "no message of case " << c;
-    return {};
-  }
-  std::string closed() {
-    absl::MutexLock lock(&mu_);
-    return closed_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::SchedulerMessage> sent_ ABSL_GUARDED_BY(mu_);
-  std::string closed_ ABSL_GUARDED_BY(mu_);
-};
-
-class ControllerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string t = (std::filesystem::temp_directory_path() / "xl-ctl-XXXXXX").string();
-    dir_ = mkdtemp(t.data());
-    Open();
-  }
-  void TearDown() override {
-    Close();
-    std::filesystem::remove_all(dir_);
-  }
-  // The scheduler's shutdown order: stop the controller's loop, then close
-  // the store (which commits what is queued and runs the callbacks, which
-  // reach the controller), then free the controller.
-  void Close() {
-    if (controller_) controller_->Stop();
-    store_.reset();
-    controller_.reset();
-  }
-  void Open() {
-    Close();
-    store_ = std::move(*store::Store::Open(dir_ + "/x.db"));
-    ControllerOptions opts;
-    opts.heartbeat_timeout = absl::Seconds(10);
-    opts.advertise_address = "127.0.0.1:7070";
-    controller_ = std::make_unique<Controller>(store_.get(), &clock_, opts);
-    ASSERT_TRUE(controller_->Recover().ok());
-  }
-
-  std::shared_ptr<FakeConnection> AddNode(const std::string& name, int gpus) {
-    auto conn = std::make_shared<FakeConnection>();
-    v1::Register reg;
-    reg.set_name(name);
-    reg.mutable_inventory()->set_hostname(name);
-    reg.mutable_inventory()->set_cpus(8);
-    reg.mutable_inventory()->set_memory_bytes(64ull << 30);
-    for (int i = 0; i < gpus; ++i) {
-      auto* g = reg.mutable_inventory()->add_gpus();
-      g->set_index(i);
-      g->set_model("NVIDIA H100 80GB HBM3");
-      g->set_memory_bytes(80ull << 30);
-    }
-    auto* nic = reg.mutable_inventory()->add_nics();
-    nic->set_name("ib0");
-    nic->set_kind(v1::INFINIBAND);
-    nic->set_gbps(400);
-    EXPECT_TRUE(controller_->AgentRegister(reg, conn).ok());
-    conn->WaitFor(v1::SchedulerMessage::kRegisterAck);
-    return conn;
-  }
-
-  std::string Submit(int nodes, int gpus, const std::string& key = "",
-                     int retries = 0, int time_limit_s = 0) {
-    v1::SubmitJobRequest req;
-    req.set_idempotency_key(key);
-    auto* spec = req.mutable_spec();
-    spec->add_command("/bin/true");
-    spec->mutable_resources()->set_nodes(nodes);
-    spec->mutable_resources()->set_gpus_per_node(gpus);
-    spec->set_max_retries(retries);
-    spec->mutable_time_limit()->set_seconds(time_limit_s);
-    absl::Mutex mu;
-    bool done = false;
-    std::string id;
-    controller_->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
-      absl::MutexLock lock(&mu);
-      EXPECT_TRUE(r.ok()) << r.status();
-      if (r.ok()) id = r->job_id();
-      done = true;
-    });
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-    return id;
-  }
-
-  void Report(const std::string& node, FakeConnection* conn, const std::string& job,
-              int attempt, int rank, v1::RankState state, int code = 0) {
-    v1::AgentMessage msg;
-    auto* st = msg.mutable_rank_status();
-    st->set_job_id(job);
-    st->set_attempt(attempt);
-    st->set_rank(rank);
-    st->set_state(state);
-    st->set_exit_code(code);
-    controller_->AgentMessage(node, conn, msg);
-  }
-
-  v1::JobState WaitState(const std::string& id, v1::JobState want) {
-    for (int i = 0; i < 500; ++i) {
-      std::vector<v1::JobEvent> events;
-      bool finished;
-      EXPECT_TRUE(controller_->ReadEvents(id, 0, &events, &finished).ok());
-      if (!events.empty() && events.back().to_state() == want) return want;
-      usleep(10000);
-    }
-    return controller_->GetJob(id)->state();
-  }
-
-  FakeClock clock_;
-  std::string dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<Controller> controller_;
-};
+v1::GetJobMetricsRequest MetricsOf(const std::string& id) {
+  v1::GetJobMetricsRequest r;
+  r.set_job_id(id);
+  return r;
+}
 
 TEST_F(ControllerTest, RanksGetTorchrunEnvironmentAndJobSucceeds) {
   auto a = AddNode("a", 2);
@@ -227,6 +80,22 @@ TEST_F(ControllerTest, LostNodeRequeuesOntoOthers) {
   clock_.Advance(absl::Seconds(6));
   controller_->Tick();
   EXPECT_FALSE(a->closed().empty());
+  // The next attempt waits until a's agent has surely stopped the ranks:
+  // its lease ran out now, and it kills them within the grace (10 s) plus a
+  // heartbeat for the clocks' difference.
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING);
+  EXPECT_NE(controller_->GetJob(id)->reason().find("lease ran out"),
+            std::string::npos)
+      << controller_->GetJob(id)->reason();
+  clock_.Advance(absl::Seconds(10));
+  Beat("b", b.get());
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(b->Count(v1::SchedulerMessage::kStartRanks), 0);
+  clock_.Advance(absl::Seconds(2));
+  Beat("b", b.get());
+  controller_->Tick();
   auto sb = b->WaitFor(v1::SchedulerMessage::kStartRanks).start_ranks();
   EXPECT_EQ(sb.attempt(), 2);
   auto job = *controller_->GetJob(id);
@@ -274,31 +143,9 @@ TEST_F(ControllerTest, PendingJobSurvivesRestartAndKeepsItsReason) {
 
 TEST_F(ControllerTest, CancelPendingAndFinished) {
   std::string id = Submit(1, 0);
-  absl::Mutex mu;
-  bool done = false;
-  absl::StatusOr<v1::Job> result;
-  v1::CancelJobRequest req;
-  req.set_job_id(id);
-  controller_->Cancel("alice", req, [&](absl::StatusOr<v1::Job> j) {
-    absl::MutexLock lock(&mu);
-    result = j;
-    done = true;
-  });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-  }
-  ASSERT_TRUE(result.ok());
-  EXPECT_EQ(result->state(), v1::CANCELLED);
-  done = false;
-  controller_->Cancel("alice", req, [&](absl::StatusOr<v1::Job> j) {
-    absl::MutexLock lock(&mu);
-    result = j;
-    done = true;
-  });
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(&done));
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(CancelSync(id).ok());
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::CANCELLED);
+  EXPECT_EQ(CancelSync(id).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ControllerTest, RendezvousIsScopedToTheRunningAttemptAndBlocks) {
@@ -315,7 +162,7 @@ TEST_F(ControllerTest, RendezvousIsScopedToTheRunningAttemptAndBlocks) {
   *put.mutable_scope() = scope;
   put.set_key("nccl/unique_id");
   put.set_value("id-bytes");
-  EXPECT_EQ(controller_->RendezvousPut(put).code(),
+  EXPECT_EQ(controller_->rendezvous()->Put(put).code(),
             absl::StatusCode::kPermissionDenied);
 
   put.mutable_scope()->set_token(token);
@@ -328,12 +175,12 @@ TEST_F(ControllerTest, RendezvousIsScopedToTheRunningAttemptAndBlocks) {
     absl::MutexLock lock(&mu);
     results.push_back(std::move(r));
   };
-  controller_->RendezvousGet(get, record);
+  controller_->rendezvous()->Get(get, record);
   {
     absl::MutexLock lock(&mu);
     EXPECT_TRUE(results.empty());  // waits for the key
   }
-  ASSERT_TRUE(controller_->RendezvousPut(put).ok());
+  ASSERT_TRUE(controller_->rendezvous()->Put(put).ok());
   {
     absl::MutexLock lock(&mu);
     ASSERT_EQ(results.size(), 1u);
@@ -344,7 +191,7 @@ TEST_F(ControllerTest, RendezvousIsScopedToTheRunningAttemptAndBlocks) {
   v1::RendezvousGetRequest missing = get;
   missing.set_keys(0, "gloo/rank3");
   missing.mutable_timeout()->set_seconds(30);
-  controller_->RendezvousGet(missing, record);
+  controller_->rendezvous()->Get(missing, record);
   clock_.Advance(absl::Seconds(31));
   controller_->AgentMessage("a", a.get(), v1::AgentMessage());
   controller_->Tick();
@@ -355,7 +202,7 @@ TEST_F(ControllerTest, RendezvousIsScopedToTheRunningAttemptAndBlocks) {
     EXPECT_NE(results[1].status().message().find("gloo/rank3"), std::string::npos);
   }
   // Once the attempt ends its waiters are released and its scope is closed.
-  controller_->RendezvousGet(missing, record);
+  controller_->rendezvous()->Get(missing, record);
   Report("a", a.get(), id, 1, 0, v1::RANK_EXITED, 1);
   controller_->Tick();
   {
@@ -363,7 +210,7 @@ TEST_F(ControllerTest, RendezvousIsScopedToTheRunningAttemptAndBlocks) {
     ASSERT_EQ(results.size(), 3u);
     EXPECT_EQ(results[2].status().code(), absl::StatusCode::kAborted);
   }
-  EXPECT_EQ(controller_->RendezvousPut(put).code(),
+  EXPECT_EQ(controller_->rendezvous()->Put(put).code(),
             absl::StatusCode::kPermissionDenied);
 }
 
@@ -372,19 +219,9 @@ TEST_F(ControllerTest, TrainJobRunsXlTrainAndKeepsRankZeroMetrics) {
   v1::SubmitJobRequest req;
   req.mutable_spec()->mutable_train()->set_steps(50);
   req.mutable_spec()->mutable_resources()->set_nodes(1);
-  std::string id;
-  bool done = false;
-  absl::Mutex mu;
-  controller_->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
-    absl::MutexLock lock(&mu);
-    ASSERT_TRUE(r.ok()) << r.status();
-    id = r->job_id();
-    done = true;
-  });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-  }
+  auto submitted = SubmitRequest(req);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string id = submitted->job_id();
   controller_->Tick();
   auto start = a->WaitFor(v1::SchedulerMessage::kStartRanks).start_ranks();
   ASSERT_GE(start.argv_size(), 3);
@@ -413,25 +250,10 @@ TEST_F(ControllerTest, TrainJobRunsXlTrainAndKeepsRankZeroMetrics) {
   EXPECT_EQ(job.metrics().step(), 10);
   EXPECT_DOUBLE_EQ(job.metrics().loss(), 0.75);
   ASSERT_TRUE(store_->WriteSync([](store::Tx&) { return absl::OkStatus(); }).ok());
-  auto history = controller_->GetJobMetrics(id);
+  auto history = controller_->GetJobMetrics(MetricsOf(id));
   ASSERT_TRUE(history.ok());
   ASSERT_EQ(history->points_size(), 1);
   EXPECT_EQ(history->points(0).step(), 10);
-}
-
-absl::StatusOr<v1::SubmitJobResponse> SubmitSync(Controller* c,
-                                                  v1::SubmitJobRequest req) {
-  absl::Mutex mu;
-  bool done = false;
-  absl::StatusOr<v1::SubmitJobResponse> out;
-  c->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
-    absl::MutexLock lock(&mu);
-    out = std::move(r);
-    done = true;
-  });
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(&done));
-  return out;
 }
 
 TEST_F(ControllerTest, JobSizedFromItsModel) {
@@ -442,7 +264,7 @@ TEST_F(ControllerTest, JobSizedFromItsModel) {
   model->set_parameters(7.5e9);
   model->set_sharding(v1::ZERO_3);
   model->set_gpus(64);
-  auto r = SubmitSync(controller_.get(), req);
+  auto r = SubmitRequest(req);
   ASSERT_TRUE(r.ok()) << r.status();
   auto job = *controller_->GetJob(r->job_id());
   const auto& res = job.spec().resources();
@@ -467,7 +289,7 @@ TEST_F(ControllerTest, ModelThatFitsNowhereIsRejectedWithNumbers) {
   req.mutable_spec()->add_command("/bin/true");
   req.mutable_spec()->mutable_model()->set_parameters(7.5e9);  // 120 GB/GPU
   req.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
-  auto r = SubmitSync(controller_.get(), req);
+  auto r = SubmitRequest(req);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StartsWith(r.status().message(), "model: needs")) << r.status();
   EXPECT_NE(r.status().message().find("ZERO_3"), std::string::npos);
@@ -480,20 +302,11 @@ TEST_F(ControllerTest, ModelThatFitsNowhereIsRejectedWithNumbers) {
 TEST_F(ControllerTest, BadTrainSpecIsRejectedNamingTheField) {
   v1::SubmitJobRequest req;
   req.mutable_spec()->mutable_train()->set_hidden_dim(-4);
-  absl::Status status;
-  bool done = false;
-  absl::Mutex mu;
-  controller_->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
-    absl::MutexLock lock(&mu);
-    status = r.status();
-    done = true;
-  });
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(&done));
+  absl::Status status = SubmitRequest(req).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StartsWith(status.message(), "train.hidden_dim")) << status;
   EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
 }
 
 }  // namespace
-}  // namespace xl::service
+}  // namespace xl::control

@@ -1,0 +1,403 @@
+// Agent sessions: registration and reconciliation (what the agent runs
+// against what its node holds), heartbeats and leases, rank statuses fenced
+// by node and attempt, node loss.
+#include <algorithm>
+#include <cstdio>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/duration.h"
+#include "common/status.h"
+#include "server/control/controller.h"
+
+namespace xl::control {
+namespace {
+
+void Log(const std::string& line) {
+  fprintf(stderr, "xl-scheduler: %s\n", line.c_str());
+}
+
+v1::SchedulerMessage StopMessage(const std::string& job_id, int32_t attempt,
+                                 const google::protobuf::Duration& grace,
+                                 const std::string& why) {
+  v1::SchedulerMessage msg;
+  v1::StopJob* stop = msg.mutable_stop_job();
+  stop->set_job_id(job_id);
+  stop->set_attempt(attempt);
+  *stop->mutable_grace_period() = grace;
+  stop->set_reason(why);
+  return msg;
+}
+
+bool IsExit(const v1::RankStatus& st) {
+  return st.state() == v1::RANK_EXITED ||
+         st.state() == v1::RANK_FAILED_TO_START;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Controller::AgentRegister(
+    const v1::Register& reg, std::shared_ptr<AgentConnection> conn) {
+  std::string name = reg.name().empty() ? reg.inventory().hostname()
+                                        : reg.name();
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        "register.name: empty and the inventory has no hostname; start "
+        "xl-agent with --name");
+  }
+  std::set<int> indices;
+  for (int i = 0; i < reg.inventory().gpus_size(); ++i) {
+    if (!indices.insert(reg.inventory().gpus(i).index()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "register.inventory.gpus[", i, "].index: ",
+          reg.inventory().gpus(i).index(),
+          " appears twice; give each GPU its own index"));
+    }
+  }
+  if (reg.inventory().gpus_size() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register.inventory.gpus: ", reg.inventory().gpus_size(),
+        " GPUs; a node may have at most 64 (split it into several agents "
+        "with --inventory)"));
+  }
+  std::shared_ptr<AgentConnection> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    NodeRecord& node = nodes_.Upsert(name);
+    if (node.conn && node.conn != conn) replaced = node.conn;
+    const bool was_lost = node.lost;
+    node.inventory = reg.inventory();
+    node.info = scheduler::NodeInfo::FromInventory(name, reg.inventory());
+    node.address = reg.inventory().address().empty() ? conn->PeerAddress()
+                                                     : reg.inventory().address();
+    node.conn = conn;
+    node.lost = false;
+    node.lost_reason.clear();
+    node.last_heartbeat_mono = clock_->MonotonicNow();
+    node.last_heartbeat_wall = clock_->Now();
+    node.register_time = clock_->Now();
+    node.agent_version = reg.agent_version();
+    node.shared_env = reg.shared_env();
+    node.honours_lease = reg.honours_lease();
+    ledger_.SetNode(node.info);
+    capacity_freed_ = true;
+    pass_needed_ = true;
+    wake_ = true;
+    Log(absl::StrCat("node ", name, " registered from ", node.address, " (",
+                     node.inventory.gpus_size(), " GPUs, ",
+                     node.inventory.cpus(), " CPUs)",
+                     was_lost ? " after being lost" : "",
+                     degraded_ ? " (degraded: not reconciled)" : ""));
+
+    v1::SchedulerMessage ack;
+    v1::RegisterAck* a = ack.mutable_register_ack();
+    a->set_node(name);
+    *a->mutable_heartbeat_interval() = ToProtoDuration(opts_.heartbeat_interval);
+    a->set_log_acks(true);
+    *a->mutable_lease() = ToProtoDuration(opts_.heartbeat_timeout);
+    conn->Send(ack);
+    // In degraded mode the agent is kept alive (its lease renewed) but
+    // nothing it reports is acted on; it registers again after the reload.
+    if (!degraded_) {
+      PersistNode(node, nullptr);
+      Reconcile(&node, reg);
+    }
+  }
+  if (replaced) replaced->Close("replaced by a newer session of this node");
+  return name;
+}
+
+void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
+  std::map<std::tuple<int64_t, int32_t, int32_t>, const v1::RankStatus*>
+      reported;
+  for (const auto& st : reg.ranks()) {
+    reported[{state::JobTable::ParseId(st.job_id()), st.attempt(), st.rank()}] =
+        &st;
+  }
+  node->foreign_ranks.clear();
+  // Ranks the node holds that the agent does not know of: gone.
+  struct Missing {
+    int64_t job;
+    int32_t attempt;
+    int rank;
+  };
+  std::vector<Missing> missing;
+  for (const state::Hold& hold : ledger_.Holds(node->name)) {
+    for (int rank : hold.live_ranks) {
+      if (reported.count({hold.job_id, hold.attempt, rank}) == 0) {
+        missing.push_back({hold.job_id, hold.attempt, rank});
+      }
+    }
+  }
+  // What the agent reports, through the same fences as live messages.
+  for (const auto& st : reg.ranks()) HandleRankStatus(node, st);
+  std::map<int64_t, std::vector<int>> undelivered, vanished;
+  for (const Missing& m : missing) {
+    JobRecord* rec = jobs_.Find(m.job);
+    const bool current = rec != nullptr && rec->job.attempt() == m.attempt &&
+                         state::JobTable::IsActive(rec->job.state()) &&
+                         !rec->stopping;
+    ReleaseRank(node, m.job, m.attempt, m.rank);
+    if (!current) continue;
+    if (rec->ranks.count(m.rank) == 0) {
+      // Never reported by the agent: the StartRanks never reached it.
+      undelivered[m.job].push_back(m.rank);
+    } else if (!IsExit(rec->ranks[m.rank])) {
+      vanished[m.job].push_back(m.rank);
+    }
+  }
+  for (auto& [id, ranks] : vanished) {
+    JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr || rec->stopping) continue;
+    rec->job.set_exit_code(-1);
+    FailAttempt(rec,
+                absl::StrCat("rank(s) ", absl::StrJoin(ranks, ", "), " on ",
+                             node->name,
+                             " were not running when its agent reconnected"),
+                /*spend_retry=*/true);
+  }
+  for (auto& [id, ranks] : undelivered) {
+    JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr || rec->stopping ||
+        !state::JobTable::IsActive(rec->job.state())) {
+      continue;
+    }
+    FailAttempt(rec,
+                absl::StrCat("rank(s) ", absl::StrJoin(ranks, ", "), " never "
+                             "reached ", node->name,
+                             " (its agent reconnected without them)"),
+                /*spend_retry=*/false);
+  }
+}
+
+bool Controller::RankWasOnNode(const NodeRecord& node, const JobRecord& rec,
+                               int32_t attempt, int32_t rank) const {
+  if (const state::Hold* hold = ledger_.FindHold(node.name, rec.id, attempt)) {
+    return std::find(hold->all_ranks.begin(), hold->all_ranks.end(), rank) !=
+           hold->all_ranks.end();
+  }
+  if (rec.job.attempt() != attempt) return false;
+  for (const auto& a : rec.job.allocations()) {
+    if (a.node() != node.name) continue;
+    return std::find(a.ranks().begin(), a.ranks().end(), rank) !=
+           a.ranks().end();
+  }
+  return false;
+}
+
+void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
+  const int64_t id = state::JobTable::ParseId(st.job_id());
+  JobRecord* rec = jobs_.Find(id);
+  const state::Hold* hold = ledger_.FindHold(node->name, id, st.attempt());
+  const bool held = hold != nullptr && hold->live_ranks.count(st.rank()) > 0;
+  const bool current = rec != nullptr && rec->job.attempt() == st.attempt() &&
+                       state::JobTable::IsActive(rec->job.state()) &&
+                       !rec->stopping;
+  const auto foreign = std::make_tuple(id, st.attempt(), st.rank());
+  auto stop = [&](const std::string& why) {
+    if (!node->conn) return;
+    node->conn->Send(StopMessage(st.job_id(), st.attempt(),
+                                 rec != nullptr
+                                     ? rec->job.spec().grace_period()
+                                     : ToProtoDuration(absl::Seconds(10)),
+                                 why));
+  };
+  if (st.state() == v1::RANK_RUNNING) {
+    if (!held) {
+      // Running, and nothing on this node accounts for it: stop it, and
+      // take no work here until it is gone.
+      if (node->foreign_ranks.insert(foreign).second) {
+        Log(absl::StrCat("node ", node->name, " runs job ", st.job_id(),
+                         " attempt ", st.attempt(), " rank ", st.rank(),
+                         " that it holds nothing for; stopping it"));
+        pass_needed_ = true;
+      }
+      stop("the scheduler has no record of this rank on this node");
+      return;
+    }
+    if (!current) {
+      // A rank of an attempt that is over: stop it; its hold stays until
+      // it has exited.
+      stop("attempt is over");
+      return;
+    }
+    rec->ranks[st.rank()] = st;
+    if (rec->job.state() == v1::SCHEDULED &&
+        static_cast<int>(rec->ranks.size()) == rec->job.world_size()) {
+      auto e = Transition(rec, v1::RUNNING,
+                          absl::StrCat("all ", rec->job.world_size(),
+                                       " ranks running"));
+      if (e.ok()) CommitJob(rec, {*e}, nullptr, nullptr);
+    }
+    return;
+  }
+  if (!IsExit(st)) return;
+  if (!held) {
+    if (!st.processes_remaining() && node->foreign_ranks.erase(foreign) > 0) {
+      capacity_freed_ = true;
+      pass_needed_ = true;
+      wake_ = true;
+    }
+    return;  // not this node's, or already released
+  }
+  // The outcome counts at the first exit status; the resources only once
+  // the rank's whole process group is gone.
+  const bool first_exit =
+      current && (rec->ranks.count(st.rank()) == 0 ||
+                  !IsExit(rec->ranks[st.rank()]));
+  if (!st.processes_remaining()) {
+    ReleaseRank(node, id, st.attempt(), st.rank());
+  }
+  if (!first_exit) return;
+  rec->ranks[st.rank()] = st;
+  v1::RankExit* exit = rec->job.add_rank_exits();
+  exit->set_rank(st.rank());
+  exit->set_node(node->name);
+  exit->set_exit_code(st.exit_code());
+  exit->set_signal(st.signal());
+  exit->set_failed_to_start(st.state() == v1::RANK_FAILED_TO_START);
+  exit->set_message(st.message());
+  if (st.state() == v1::RANK_EXITED && st.exit_code() == 0 &&
+      st.signal() == 0) {
+    int done = 0;
+    for (const auto& [r, s] : rec->ranks) {
+      if (s.state() == v1::RANK_EXITED && s.exit_code() == 0 &&
+          s.signal() == 0) {
+        ++done;
+      }
+    }
+    if (done == rec->job.world_size()) {
+      EndJob(rec, v1::SUCCEEDED,
+             absl::StrCat("all ", done, " ranks exited with code 0"));
+    } else {
+      CommitJob(rec, {}, nullptr, nullptr);  // the exit, durably
+    }
+    return;
+  }
+  std::string why;
+  if (st.state() == v1::RANK_FAILED_TO_START) {
+    why = absl::StrCat("rank ", st.rank(), " on ", node->name,
+                       " failed to start: ", st.message());
+    rec->job.set_exit_code(127);
+  } else if (st.signal() != 0) {
+    why = absl::StrCat("rank ", st.rank(), " on ", node->name,
+                       " was killed by signal ", st.signal());
+    rec->job.set_exit_code(128 + st.signal());
+  } else {
+    why = absl::StrCat("rank ", st.rank(), " on ", node->name,
+                       " exited with code ", st.exit_code());
+    if (!st.message().empty()) absl::StrAppend(&why, " (", st.message(), ")");
+    rec->job.set_exit_code(st.exit_code());
+  }
+  FailAttempt(rec, why, /*spend_retry=*/true);
+}
+
+void Controller::ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
+                             int rank) {
+  bool found = false;
+  const bool freed = ledger_.ReleaseRank(node->name, job_id, attempt, rank,
+                                         &found);
+  if (!found) return;
+  if (freed) {
+    const std::string name = node->name;
+    Commit(
+        [name, job_id, attempt](store::Tx& tx) {
+          return tx.DeleteHold(name, job_id, attempt);
+        },
+        nullptr);
+    capacity_freed_ = true;
+    pass_needed_ = true;
+    wake_ = true;
+    return;
+  }
+  const state::Hold* hold = ledger_.FindHold(node->name, job_id, attempt);
+  if (hold == nullptr) return;
+  store::StoredHold stored;
+  stored.job_id = job_id;
+  stored.attempt = attempt;
+  v1::Allocation& a = stored.allocation;
+  a.set_node(node->name);
+  for (int32_t g : hold->share.gpu_indices) a.add_gpu_indices(g);
+  for (int r : hold->live_ranks) a.add_ranks(r);
+  a.set_cpus(hold->share.cpus);
+  a.set_memory_bytes(hold->share.memory_bytes);
+  a.set_nvme_bytes(hold->share.nvme_bytes);
+  a.set_nic_gbps(hold->share.nic_gbps);
+  Commit([stored](store::Tx& tx) { return tx.PutHold(stored); }, nullptr);
+}
+
+void Controller::NodeLost(NodeRecord* node, const std::string& why) {
+  node->lost = true;
+  node->lost_reason = why;
+  Log(absl::StrCat("node ", node->name, " lost: ", why));
+  if (node->conn) {
+    auto conn = std::move(node->conn);
+    node->conn.reset();
+    conn->Close(why);
+  }
+  // The holds stay: whatever still runs there keeps its resources until the
+  // node comes back and reports it gone.
+  std::set<int64_t> jobs;
+  for (const state::Hold& hold : ledger_.Holds(node->name)) {
+    JobRecord* rec = jobs_.Find(hold.job_id);
+    if (rec != nullptr && rec->job.attempt() == hold.attempt &&
+        state::JobTable::IsActive(rec->job.state()) && !rec->stopping) {
+      jobs.insert(hold.job_id);
+    }
+  }
+  for (int64_t id : jobs) {
+    JobRecord* rec = jobs_.Find(id);
+    // The node's agent stops the ranks when its lease runs out (at the
+    // latest now) and kills them after the grace period: the next attempt
+    // waits for that, plus a heartbeat for the clocks' difference.
+    absl::Duration grace = FromProto(rec->job.spec().grace_period());
+    if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
+    FailAttempt(rec, absl::StrCat("node ", node->name, " was lost: ", why),
+                /*spend_retry=*/true, grace + opts_.heartbeat_interval);
+  }
+  pass_needed_ = true;
+}
+
+void Controller::AgentMessage(const std::string& name,
+                              const AgentConnection* conn,
+                              const v1::AgentMessage& msg) {
+  absl::MutexLock lock(&mu_);
+  NodeRecord* node = nodes_.Find(name);
+  if (node == nullptr || node->conn.get() != conn) return;
+  node->last_heartbeat_mono = clock_->MonotonicNow();
+  node->last_heartbeat_wall = clock_->Now();
+  if (msg.msg_case() == v1::AgentMessage::kHeartbeat) {
+    // Renews the agent's lease, also in degraded mode: a full disk is no
+    // reason to stop training.
+    v1::SchedulerMessage ack;
+    ack.mutable_heartbeat_ack()->set_seq(msg.heartbeat().seq());
+    node->conn->Send(ack);
+    return;
+  }
+  // Degraded: nothing is acted on. Statuses come again in the Register
+  // after the reload; unacknowledged output is sent again.
+  if (degraded_) return;
+  switch (msg.msg_case()) {
+    case v1::AgentMessage::kRankStatus:
+      HandleRankStatus(node, msg.rank_status());
+      break;
+    case v1::AgentMessage::kMetrics:
+      HandleMetrics(node, msg.metrics());
+      break;
+    case v1::AgentMessage::kLog:
+      HandleLog(node, msg);
+      break;
+    default:
+      break;
+  }
+}
+
+void Controller::AgentDisconnected(const std::string& node,
+                                   std::shared_ptr<AgentConnection> conn) {
+  absl::MutexLock lock(&disconnect_mu_);
+  disconnects_.emplace_back(node, std::move(conn));
+}
+
+}  // namespace xl::control

@@ -1,0 +1,578 @@
+// The loop: ticks (liveness, time limits, retention), scheduling passes on a
+// snapshot outside the lock, commits and degraded mode, recovery.
+#include "server/control/controller.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/duration.h"
+#include "common/status.h"
+
+namespace xl::control {
+namespace {
+
+void Log(const std::string& line) {
+  fprintf(stderr, "xl-scheduler: %s\n", line.c_str());
+}
+
+}  // namespace
+
+Controller::Controller(store::Store* store, const Clock* clock,
+                       ControllerOptions opts)
+    : store_(store),
+      clock_(clock),
+      opts_(std::move(opts)),
+      rendezvous_(clock),
+      ports_(opts_.master_port_base, opts_.master_port_count) {}
+
+Controller::~Controller() { Stop(); }
+
+absl::Status Controller::Recover() {
+  ASSIGN_OR_RETURN(store::StoredState state, store_->Load());
+  absl::MutexLock lock(&mu_);
+  LoadModel(std::move(state));
+  return absl::OkStatus();
+}
+
+void Controller::LoadModel(store::StoredState state) {
+  const absl::Time now_wall = clock_->Now();
+  const absl::Time now_mono = clock_->MonotonicNow();
+  // Connections survive a reload in the node table until the caller closes
+  // them; everything else is rebuilt.
+  std::map<std::string, std::shared_ptr<AgentConnection>> conns;
+  for (auto& [name, node] : nodes_.all()) {
+    if (node.conn) conns[name] = node.conn;
+  }
+  jobs_.Clear();
+  nodes_.Clear();
+  ledger_.Clear();
+  ports_.Clear();
+  uncommitted_.clear();
+  new_pending_.clear();
+  rendezvous_.CloseAll();
+  for (auto& n : state.nodes) {
+    NodeRecord& node = nodes_.Upsert(n.name);
+    node.inventory = n.inventory;
+    node.info = scheduler::NodeInfo::FromInventory(n.name, n.inventory);
+    node.address = n.inventory.address();
+    node.drained = n.drained;
+    node.drain_reason = n.state_reason;
+    node.register_time = n.register_time;
+    // Nobody is lost for the scheduler's own downtime: the timeout starts now.
+    node.last_heartbeat_mono = now_mono;
+    node.last_heartbeat_wall = now_wall;
+    auto c = conns.find(n.name);
+    if (c != conns.end()) node.conn = c->second;
+    ledger_.SetNode(node.info);
+  }
+  for (auto& job : state.jobs) {
+    int64_t id = state::JobTable::ParseId(job.id());
+    if (id <= 0) continue;
+    JobRecord rec;
+    rec.id = id;
+    rec.job = std::move(job);
+    rec.committed = std::make_shared<const v1::Job>(rec.job);
+    auto token = state.tokens.find(id);
+    if (token != state.tokens.end()) rec.token = token->second;
+    auto bytes = state.log_bytes.find(id);
+    if (bytes != state.log_bytes.end()) rec.log_bytes = bytes->second;
+    for (const auto& exit : rec.job.rank_exits()) {
+      v1::RankStatus st;
+      st.set_rank(exit.rank());
+      st.set_state(exit.failed_to_start() ? v1::RANK_FAILED_TO_START
+                                          : v1::RANK_EXITED);
+      st.set_exit_code(exit.exit_code());
+      st.set_signal(exit.signal());
+      rec.ranks[exit.rank()] = st;
+    }
+    JobRecord& stored = jobs_.Insert(std::move(rec));
+    if (state::JobTable::IsActive(stored.job.state())) {
+      // Elapsed running time before the restart comes from the wall clock,
+      // the only reading that survives a restart.
+      absl::Duration ran = now_wall - FromProto(stored.job.start_time());
+      stored.start_mono = now_mono - std::max(ran, absl::ZeroDuration());
+      if (stored.job.master_port() > 0) {
+        ports_.Reserve(stored.job.master_addr(), stored.job.master_port());
+      }
+      if (!stored.token.empty()) {
+        rendezvous_.Open(stored.job.id(), stored.job.attempt(), stored.token);
+      }
+    }
+  }
+  for (auto& h : state.holds) {
+    state::Hold hold;
+    hold.job_id = h.job_id;
+    hold.attempt = h.attempt;
+    const v1::Allocation& a = h.allocation;
+    hold.share.node = a.node();
+    hold.share.gpu_indices.assign(a.gpu_indices().begin(),
+                                  a.gpu_indices().end());
+    hold.share.cpus = a.cpus();
+    hold.share.memory_bytes = a.memory_bytes();
+    hold.share.nvme_bytes = a.nvme_bytes();
+    hold.share.nic_gbps = a.nic_gbps();
+    hold.live_ranks.insert(a.ranks().begin(), a.ranks().end());
+    // The ranks the attempt ran there, for accepting their late output.
+    if (JobRecord* rec = jobs_.Find(h.job_id);
+        rec != nullptr && rec->job.attempt() == h.attempt) {
+      for (const auto& alloc : rec->job.allocations()) {
+        if (alloc.node() == a.node()) {
+          hold.all_ranks.assign(alloc.ranks().begin(), alloc.ranks().end());
+        }
+      }
+    }
+    if (hold.all_ranks.empty()) {
+      hold.all_ranks.assign(a.ranks().begin(), a.ranks().end());
+    }
+    if (!nodes_.Find(a.node())) {
+      NodeRecord& node = nodes_.Upsert(a.node());
+      node.last_heartbeat_mono = now_mono;
+      node.last_heartbeat_wall = now_wall;
+    }
+    ledger_.AddHold(a.node(), std::move(hold), /*force=*/true);
+  }
+  for (auto& e : state.events) {
+    JobRecord* rec = jobs_.Find(e.job_id());
+    if (rec == nullptr) continue;
+    rec->committed_event_seq = e.seq();
+    rec->events.push_back(std::move(e));
+  }
+  capacity_freed_ = true;
+  pass_needed_ = true;
+  next_eligible_mono_ = absl::InfiniteFuture();
+}
+
+void Controller::SetAdvertiseAddressIfEmpty(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (opts_.advertise_address.empty()) opts_.advertise_address = address;
+}
+
+void Controller::Start() {
+  loop_ = std::thread([this] { RunLoop(); });
+}
+
+void Controller::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+  rendezvous_.CloseAll();
+}
+
+absl::Status Controller::Writable() {
+  absl::MutexLock lock(&mu_);
+  if (!degraded_) return absl::OkStatus();
+  return absl::UnavailableError(degraded_reason_);
+}
+
+void Controller::RunLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Passes come at most every kMinPass, so a burst of submits is
+      // scheduled together rather than one wake-up each.
+      constexpr absl::Duration kMinPass = absl::Milliseconds(2);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&stopping), kMinPass);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return wake_ || stop_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&woken), opts_.tick);
+      if (stop_) return;
+      wake_ = false;
+    }
+    Tick();
+  }
+}
+
+void Controller::Tick() {
+  scheduler::ClusterSnapshot snapshot;
+  std::vector<scheduler::JobRequest> queue;
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!TickLocked(&snapshot, &queue)) {
+      rendezvous_.Expire();
+      return;
+    }
+    generation = generation_;
+  }
+  rendezvous_.Expire();
+  // The pass: pure, and without the lock, so heartbeats and API calls go on.
+  scheduler::Decisions decisions =
+      scheduler::Schedule(std::move(snapshot), std::move(queue));
+  absl::MutexLock lock(&mu_);
+  ApplyDecisions(std::move(decisions), generation);
+}
+
+bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
+                            std::vector<scheduler::JobRequest>* queue) {
+  if (degraded_) {
+    Probe();
+    return false;
+  }
+  ProcessDisconnects();
+  CheckLiveness();
+  CheckTimeLimits();
+  const absl::Time now = clock_->MonotonicNow();
+  if (now >= next_retention_mono_) {
+    next_retention_mono_ = now + opts_.retention_interval;
+    RunRetention();
+  }
+  if (now >= next_eligible_mono_) {
+    next_eligible_mono_ = absl::InfiniteFuture();
+    capacity_freed_ = true;
+    pass_needed_ = true;
+  }
+  if (!pass_needed_) return false;
+  pass_needed_ = false;
+  BuildSnapshot(snapshot, queue);
+  return !queue->empty();
+}
+
+void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
+                               std::vector<scheduler::JobRequest>* queue) {
+  const absl::Time now = clock_->MonotonicNow();
+  auto add = [&](int64_t id) {
+    JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr || rec->job.state() != v1::PENDING) return;
+    if (rec->eligible_mono > now) {
+      next_eligible_mono_ = std::min(next_eligible_mono_, rec->eligible_mono);
+      return;
+    }
+    scheduler::JobRequest req;
+    req.job_id = rec->job.id();
+    req.priority = rec->job.spec().priority();
+    req.submit_seq = id;
+    req.resources = rec->request;
+    req.queue = rec->job.spec().queue();
+    req.user = rec->job.user();
+    queue->push_back(std::move(req));
+  };
+  if (capacity_freed_) {
+    queue->reserve(jobs_.pending().size());
+    for (const auto& [prio, id] : jobs_.pending()) add(id);
+  } else {
+    for (int64_t id : new_pending_) add(id);
+  }
+  capacity_freed_ = false;
+  new_pending_.clear();
+  if (queue->empty()) return;
+  snapshot->nodes.reserve(nodes_.all().size());
+  for (const auto& [name, node] : nodes_.all()) {
+    const scheduler::NodeCapacity* cap = ledger_.Capacity(name);
+    if (cap == nullptr || node.info == nullptr) continue;
+    snapshot->nodes.push_back(*cap);
+    snapshot->nodes.back().unavailable = state::NodeTable::Unavailable(node);
+  }
+  for (int64_t id : jobs_.active()) {
+    JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr) continue;
+    scheduler::RunningGang gang;
+    gang.job_id = rec->job.id();
+    gang.priority = rec->job.spec().priority();
+    gang.queue = rec->job.spec().queue();
+    gang.user = rec->job.user();
+    for (const auto& a : rec->job.allocations()) {
+      gang.nodes.push_back(a.node());
+      gang.gpus += a.gpu_indices_size();
+    }
+    absl::Duration limit = FromProto(rec->job.spec().time_limit());
+    if (limit > absl::ZeroDuration() && rec->job.has_start_time()) {
+      gang.expected_end = FromProto(rec->job.start_time()) + limit;
+    }
+    scheduler::QueueUsage& usage = snapshot->queues[gang.queue];
+    ++usage.running_jobs;
+    usage.gpus_in_use += gang.gpus;
+    snapshot->running.push_back(std::move(gang));
+  }
+  for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
+}
+
+void Controller::ApplyDecisions(scheduler::Decisions decisions,
+                                uint64_t generation) {
+  if (generation != generation_ || degraded_) {
+    // The model was rebuilt while the pass ran: decide again.
+    capacity_freed_ = true;
+    pass_needed_ = true;
+    return;
+  }
+  for (auto& [job_id, reason] : decisions.waiting) {
+    JobRecord* rec = jobs_.Find(job_id);
+    if (rec != nullptr && rec->job.state() == v1::PENDING &&
+        rec->job.reason() != *reason) {
+      rec->job.set_reason(*reason);
+    }
+  }
+  for (auto& [job_id, placement] : decisions.starts) {
+    JobRecord* rec = jobs_.Find(job_id);
+    if (rec == nullptr || rec->job.state() != v1::PENDING) continue;
+    // The model moved on while the pass ran (a node left, a rank started
+    // elsewhere): check again, and leave the job for the next pass.
+    bool ok = ledger_.Fits(placement);
+    for (const auto& share : placement.shares) {
+      const NodeRecord* node = nodes_.Find(share.node);
+      if (node == nullptr || !state::NodeTable::Unavailable(*node).empty()) {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      capacity_freed_ = true;
+      pass_needed_ = true;
+      continue;
+    }
+    StartJob(rec, placement);
+  }
+}
+
+void Controller::ProcessDisconnects() {
+  std::vector<std::pair<std::string, std::shared_ptr<AgentConnection>>> gone;
+  {
+    absl::MutexLock lock(&disconnect_mu_);
+    gone.swap(disconnects_);
+  }
+  for (const auto& [name, conn] : gone) {
+    NodeRecord* node = nodes_.Find(name);
+    if (node == nullptr || node->conn != conn) continue;
+    node->conn.reset();
+    pass_needed_ = true;
+    Log(absl::StrCat("node ", name, ": agent disconnected; lost in ",
+                     HumanDuration(opts_.heartbeat_timeout),
+                     " unless it reconnects"));
+  }
+}
+
+void Controller::CheckLiveness() {
+  const absl::Time now = clock_->MonotonicNow();
+  for (NodeRecord* node : nodes_.Silent(now, opts_.heartbeat_timeout)) {
+    absl::Duration silent = now - node->last_heartbeat_mono;
+    NodeLost(node, absl::StrCat("no heartbeat for ", HumanDuration(silent),
+                                " (timeout ",
+                                HumanDuration(opts_.heartbeat_timeout), ")"));
+  }
+}
+
+void Controller::CheckTimeLimits() {
+  const absl::Time now = clock_->MonotonicNow();
+  std::vector<int64_t> active(jobs_.active().begin(), jobs_.active().end());
+  for (int64_t id : active) {
+    JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr || rec->stopping) continue;
+    absl::Duration limit = FromProto(rec->job.spec().time_limit());
+    if (limit <= absl::ZeroDuration()) continue;
+    if (now - rec->start_mono >= limit) {
+      EndJob(rec, v1::FAILED,
+             absl::StrCat("time limit of ", HumanDuration(limit),
+                          " reached; the ranks were stopped (raise "
+                          "time_limit to give it longer)"));
+    }
+  }
+}
+
+void Controller::RunRetention() {
+  std::vector<FinishedJob> finished;
+  int64_t running_bytes = 0;
+  for (const auto& [id, rec] : jobs_.all()) {
+    if (!state::JobTable::IsTerminal(rec.job.state())) {
+      running_bytes += rec.log_bytes;
+      continue;
+    }
+    // Only committed endings count: a job whose ending is in flight waits.
+    if (!rec.committed || !state::JobTable::IsTerminal(rec.committed->state())) {
+      continue;
+    }
+    finished.push_back({id, FromProto(rec.job.end_time()), rec.log_bytes});
+  }
+  Prunes prunes = ChoosePrunes(std::move(finished), running_bytes,
+                               clock_->Now(), opts_.retention);
+  if (prunes.delete_jobs.empty() && prunes.delete_logs.empty()) return;
+  Log(absl::StrCat("retention: forgetting ", prunes.delete_jobs.size(),
+                   " finished jobs and the output of ",
+                   prunes.delete_logs.size(), " more"));
+  Commit(
+      [prunes](store::Tx& tx) {
+        for (int64_t id : prunes.delete_jobs) RETURN_IF_ERROR(tx.DeleteJob(id));
+        for (int64_t id : prunes.delete_logs) RETURN_IF_ERROR(tx.DeleteLogs(id));
+        return absl::OkStatus();
+      },
+      [this, prunes] {
+        absl::MutexLock lock(&mu_);
+        for (int64_t id : prunes.delete_jobs) jobs_.Erase(id);
+        for (int64_t id : prunes.delete_logs) {
+          if (JobRecord* rec = jobs_.Find(id)) rec->log_bytes = 0;
+        }
+      });
+}
+
+// --- commits and degraded mode ---------------------------------------------
+
+void Controller::Commit(store::Store::WriteFn write,
+                        std::function<void()> effects,
+                        std::function<void(absl::Status)> answer) {
+  const uint64_t generation = generation_;
+  store_->Write(std::move(write), [this, generation,
+                                   effects = std::move(effects),
+                                   answer = std::move(answer)](
+                                      absl::Status st) {
+    if (!st.ok()) {
+      EnterDegraded(st);
+      if (answer) {
+        answer(absl::UnavailableError(absl::StrCat(
+            "the scheduler could not record the change (", st.message(),
+            "); nothing was changed; retry once the scheduler takes writes "
+            "again")));
+      }
+      return;
+    }
+    bool current;
+    {
+      absl::MutexLock lock(&mu_);
+      current = generation == generation_;
+    }
+    if (current && effects) effects();
+    if (answer) answer(absl::OkStatus());
+  });
+}
+
+void Controller::CommitJob(JobRecord* rec, std::vector<v1::JobEvent> events,
+                           store::Store::WriteFn extra,
+                           std::function<void()> effects,
+                           std::function<void(absl::Status)> answer) {
+  auto snapshot = std::make_shared<const v1::Job>(rec->job);
+  int64_t last_seq = events.empty() ? 0 : events.back().seq();
+  const int64_t id = rec->id;
+  Commit(
+      [snapshot, events = std::move(events),
+       extra = std::move(extra)](store::Tx& tx) {
+        RETURN_IF_ERROR(tx.PutJob(*snapshot));
+        for (const auto& e : events) RETURN_IF_ERROR(tx.AddEvent(e));
+        if (extra) return extra(tx);
+        return absl::OkStatus();
+      },
+      [this, id, snapshot, last_seq, effects = std::move(effects)] {
+        {
+          absl::MutexLock lock(&mu_);
+          JobRecord* rec = jobs_.Find(id);
+          if (rec != nullptr) {
+            rec->committed = snapshot;
+            rec->committed_event_seq =
+                std::max(rec->committed_event_seq, last_seq);
+          }
+        }
+        NotifyListeners(snapshot->id());
+        if (effects) effects();
+      },
+      std::move(answer));
+}
+
+void Controller::EnterDegraded(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (degraded_) return;
+    degraded_ = true;
+    ++generation_;
+    degraded_reason_ = absl::StrCat(
+        "the scheduler cannot write its database (", why.message(),
+        "); it takes no changes and acts on nothing until a write succeeds "
+        "again (tried every ",
+        HumanDuration(opts_.probe_interval),
+        "); free disk space or fix the device where --db lives");
+    next_probe_mono_ = clock_->MonotonicNow() + opts_.probe_interval;
+    wake_ = true;
+    Log(degraded_reason_);
+  }
+  // Watchers see nothing new; waiting rendezvous fail fast.
+  rendezvous_.CloseAll();
+}
+
+void Controller::Probe() {
+  const absl::Time now = clock_->MonotonicNow();
+  if (probe_in_flight_ || now < next_probe_mono_) return;
+  probe_in_flight_ = true;
+  next_probe_mono_ = now + opts_.probe_interval;
+  store_->Write([](store::Tx& tx) { return tx.Probe(); },
+                [this](absl::Status st) {
+                  if (st.ok()) {
+                    Reload();
+                    return;
+                  }
+                  absl::MutexLock lock(&mu_);
+                  probe_in_flight_ = false;
+                });
+}
+
+void Controller::Reload() {
+  // Runs on the store's completion thread after the probe committed, so
+  // every write queued before the probe is settled and on disk or not.
+  auto state = store_->Load();
+  std::vector<std::shared_ptr<AgentConnection>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    probe_in_flight_ = false;
+    if (!state.ok()) {
+      Log(absl::StrCat("reloading after a failed write: ",
+                       state.status().ToString()));
+      return;
+    }
+    LoadModel(std::move(*state));
+    ++generation_;
+    degraded_ = false;
+    degraded_reason_.clear();
+    for (auto& [name, node] : nodes_.all()) {
+      if (node.conn) conns.push_back(node.conn);
+      node.conn.reset();
+    }
+    wake_ = true;
+    Log("the database takes writes again; state reloaded from it, agents "
+        "re-register");
+  }
+  // Every agent registers again and reports what it runs.
+  for (auto& conn : conns) conn->Close("the scheduler reloaded its state");
+  NotifyAllListeners();
+}
+
+void Controller::NotifyListeners(const std::string& job_id) {
+  std::vector<std::function<void()>> calls;
+  {
+    absl::MutexLock lock(&listeners_mu_);
+    auto it = listeners_.find(job_id);
+    if (it == listeners_.end()) return;
+    for (const auto& [id, fn] : it->second) calls.push_back(fn);
+  }
+  for (auto& fn : calls) fn();
+}
+
+void Controller::NotifyAllListeners() {
+  std::vector<std::function<void()>> calls;
+  {
+    absl::MutexLock lock(&listeners_mu_);
+    for (const auto& [job, fns] : listeners_) {
+      for (const auto& [id, fn] : fns) calls.push_back(fn);
+    }
+  }
+  for (auto& fn : calls) fn();
+}
+
+int64_t Controller::AddListener(const std::string& job_id,
+                                std::function<void()> wake) {
+  absl::MutexLock lock(&listeners_mu_);
+  int64_t id = next_listener_++;
+  listeners_[job_id][id] = std::move(wake);
+  return id;
+}
+
+void Controller::RemoveListener(const std::string& job_id, int64_t id) {
+  absl::MutexLock lock(&listeners_mu_);
+  auto it = listeners_.find(job_id);
+  if (it == listeners_.end()) return;
+  it->second.erase(id);
+  if (it->second.empty()) listeners_.erase(it);
+}
+
+}  // namespace xl::control

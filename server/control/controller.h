@@ -1,0 +1,300 @@
+// Controller: the scheduler's control loop. It owns the in-memory model
+// (server/state: jobs, nodes, the resource ledger, ports), rebuilt from the
+// Store at start; turns API calls and agent messages into transitions of
+// that model; runs the pure scheduling core (server/scheduler) on a snapshot
+// taken under the lock but computed outside it; and applies every effect
+// (StartRanks, StopJob, answers, notifications) only after the write that
+// records it has committed.
+//
+// Fences:
+//   - A failed write puts the controller in degraded mode: nothing written
+//     after it takes effect, writes are refused with UNAVAILABLE naming the
+//     cause, and a probe write runs every second; once the disk takes writes
+//     again the model is rebuilt from the store (as after a restart) and
+//     every agent re-registers.
+//   - Liveness, leases and time limits run on the monotonic clock.
+//   - Resources stay held until the agent reports a rank's whole process
+//     group gone, also across node loss, requeue and restarts (holds are
+//     stored).
+//   - Agents speak only for ranks their node holds; the attempt is checked
+//     on every rank message.
+//   - A requeued job whose node was lost waits until that node's lease and
+//     the job's grace have run out, so two attempts never run at once.
+//
+// Threading: every public method is thread-safe. One mutex guards the model;
+// the scheduling pass runs without it. No callback into a connection or a
+// listener runs while it is held, except AgentConnection::Send, which never
+// blocks and never calls back. The rendezvous has its own lock.
+#ifndef XL_SERVER_CONTROL_CONTROLLER_H_
+#define XL_SERVER_CONTROL_CONTROLLER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/control/rendezvous.h"
+#include "server/control/retention.h"
+#include "server/scheduler/placement.h"
+#include "server/state/agent_connection.h"
+#include "server/state/job_table.h"
+#include "server/state/ledger.h"
+#include "server/state/node_table.h"
+#include "server/state/ports.h"
+#include "server/store/store.h"
+#include "xl/v1/agent.pb.h"
+#include "xl/v1/rendezvous.pb.h"
+#include "xl/v1/scheduler.pb.h"
+
+namespace xl::control {
+
+using state::AgentConnection;
+
+struct ControllerOptions {
+  // Agents send a heartbeat this often.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A node silent this long is lost and its jobs are requeued; also the
+  // agents' lease.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // XL_SCHEDULER given to ranks.
+  std::string advertise_address;
+  // MASTER_PORT is taken from [base, base + count) per master address.
+  int master_port_base = 29500;
+  int master_port_count = 1000;
+  // How often the event loop checks liveness and time limits.
+  absl::Duration tick = absl::Milliseconds(50);
+  // Finished jobs and their output are forgotten by this policy.
+  RetentionPolicy retention;
+  absl::Duration retention_interval = absl::Minutes(1);
+  // In degraded mode, how often a probe write tries the disk.
+  absl::Duration probe_interval = absl::Seconds(1);
+};
+
+class Controller {
+ public:
+  Controller(store::Store* store, const Clock* clock, ControllerOptions opts);
+  ~Controller();
+
+  // Rebuilds the model from the store. Call once, before Start.
+  absl::Status Recover();
+  // Sets XL_SCHEDULER for ranks when no advertise address was configured.
+  void SetAdvertiseAddressIfEmpty(const std::string& address);
+  // Starts / stops the event loop thread (liveness, time limits, passes).
+  void Start();
+  void Stop();
+  // Runs one round of the event loop now (for tests with a fake clock).
+  void Tick();
+
+  // OK, or UNAVAILABLE saying why the scheduler takes no writes now.
+  absl::Status Writable();
+
+  // --- JobService ---
+  void Submit(const std::string& user, v1::SubmitJobRequest request,
+              std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(
+      const v1::ListJobsRequest& request);
+  void Cancel(const std::string& user, const v1::CancelJobRequest& request,
+              std::function<void(absl::StatusOr<v1::Job>)> done);
+  v1::GetQueueResponse GetQueue();
+  // Committed events of the job with seq > after_seq; `finished` when the
+  // job has ended and every event is in `out`.
+  absl::Status ReadEvents(const std::string& job_id, int64_t after_seq,
+                          std::vector<v1::JobEvent>* out, bool* finished);
+  // NOT_FOUND for an unknown job; `finished` when it has ended.
+  absl::Status JobFinished(const std::string& job_id, bool* finished);
+  // Calls `wake` (from any thread, without locks held) whenever the job has
+  // new committed events or logs. Returns an id for RemoveListener.
+  int64_t AddListener(const std::string& job_id, std::function<void()> wake);
+  void RemoveListener(const std::string& job_id, int64_t id);
+  store::Store* store() { return store_; }
+  absl::StatusOr<v1::GetJobMetricsResponse> GetJobMetrics(
+      const v1::GetJobMetricsRequest& request);
+  // What the model needs, against the GPUs of the nodes not lost.
+  absl::StatusOr<v1::Plan> PlanResources(const v1::ModelSpec& model);
+
+  // --- RendezvousService ---
+  Rendezvous* rendezvous() { return &rendezvous_; }
+
+  // --- NodeService ---
+  absl::StatusOr<v1::ListNodesResponse> ListNodes(
+      const v1::ListNodesRequest& request);
+  absl::StatusOr<v1::Node> GetNode(const std::string& name);
+  void SetDrained(const std::string& name, bool drained,
+                  const std::string& reason,
+                  std::function<void(absl::StatusOr<v1::Node>)> done);
+
+  // --- AgentService ---
+  // Handles the first message of a session; returns the node's name.
+  absl::StatusOr<std::string> AgentRegister(
+      const v1::Register& reg, std::shared_ptr<AgentConnection> conn);
+  void AgentMessage(const std::string& node, const AgentConnection* conn,
+                    const v1::AgentMessage& msg);
+  // The stream of `conn` ended. Never blocks.
+  void AgentDisconnected(const std::string& node,
+                         std::shared_ptr<AgentConnection> conn);
+
+ private:
+  using JobRecord = state::JobRecord;
+  using NodeRecord = state::NodeRecord;
+  // Messages to send once a write has committed.
+  using Sends =
+      std::vector<std::pair<std::shared_ptr<AgentConnection>,
+                            v1::SchedulerMessage>>;
+
+  // --- the loop (controller.cc) ---
+  void RunLoop();
+  // Everything of one tick that needs the lock; returns true and fills the
+  // snapshot when a pass is due.
+  bool TickLocked(scheduler::ClusterSnapshot* snapshot,
+                  std::vector<scheduler::JobRequest>* queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyDecisions(scheduler::Decisions decisions, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
+                     std::vector<scheduler::JobRequest>* queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckTimeLimits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ProcessDisconnects() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunRetention() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rebuilds the model from `state`; agents' connections are kept in
+  // `conns` (the caller closes them when this is a reload).
+  void LoadModel(store::StoredState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- commits and degraded mode (controller.cc) ---
+  // Queues `write`; once it commits, runs `effects` (lock not held) unless
+  // a write failed in between (the model is then rebuilt from the store,
+  // which has this write in it). A failure enters degraded mode. `answer`,
+  // for a caller waiting on the write, runs in every case: OK once
+  // committed, else the error.
+  void Commit(store::Store::WriteFn write, std::function<void()> effects,
+              std::function<void(absl::Status)> answer = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the job's working state and `events` (and `extra`), then marks
+  // them committed, notifies watchers and runs `effects` (and `answer`).
+  void CommitJob(JobRecord* rec, std::vector<v1::JobEvent> events,
+                 store::Store::WriteFn extra, std::function<void()> effects,
+                 std::function<void(absl::Status)> answer = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnterDegraded(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  void Probe() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Reload() ABSL_LOCKS_EXCLUDED(mu_);
+  void NotifyListeners(const std::string& job_id)
+      ABSL_LOCKS_EXCLUDED(listeners_mu_);
+  void NotifyAllListeners() ABSL_LOCKS_EXCLUDED(listeners_mu_);
+
+  // --- job transitions (attempts.cc) ---
+  // Records the transition in the model; the caller commits it.
+  absl::StatusOr<v1::JobEvent> Transition(JobRecord* rec, v1::JobState to,
+                                          const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartJob(JobRecord* rec, const scheduler::Placement& placement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StopJob for the current attempt to every connected node of the job.
+  Sends StopMessages(const JobRecord& rec, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the attempt: requeue (spending a retry when `spend_retry`) while
+  // retries allow, else FAILED; `fence` delays the next start.
+  void FailAttempt(JobRecord* rec, const std::string& why, bool spend_retry,
+                   absl::Duration fence = absl::ZeroDuration())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job in a final state, stopping its ranks after the commit;
+  // `answer` as for Commit.
+  void EndJob(JobRecord* rec, v1::JobState to, const std::string& reason,
+              std::function<void(absl::Status)> answer = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The attempt is over in the model: ports, rendezvous, flags.
+  void CloseAttempt(JobRecord* rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- agents (agent_sessions.cc, ingest.cc) ---
+  void HandleRankStatus(NodeRecord* node, const v1::RankStatus& st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rank's processes are gone: give back what it held (and store it).
+  void ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
+                   int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NodeLost(NodeRecord* node, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reconciles what the agent reports running with what its node holds.
+  void Reconcile(NodeRecord* node, const v1::Register& reg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Did (job, attempt, rank) run on `node`?
+  bool RankWasOnNode(const NodeRecord& node, const JobRecord& rec,
+                     int32_t attempt, int32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleLog(NodeRecord* node, const v1::AgentMessage& msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleMetrics(NodeRecord* node, const v1::TrainMetrics& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the node's row; `answer` as for Commit.
+  void PersistNode(const NodeRecord& node,
+                   std::function<void(absl::Status)> answer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Node NodeToProto(const NodeRecord& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Sizes a job from its model (or an xl-train job from its MLP): fills the
+  // resources left at 0 and records the plan; INVALID_ARGUMENT with the
+  // numbers when it fits on no GPU of the fleet.
+  absl::Status SizeFromModel(v1::JobSpec* spec, v1::Plan* plan)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The job as readers see it: committed, with the live reason and metrics.
+  v1::Job Visible(const JobRecord& rec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  store::Store* const store_;
+  const Clock* const clock_;
+  ControllerOptions opts_;  // advertise_address is set before Start
+  Rendezvous rendezvous_;
+
+  absl::Mutex mu_;
+  state::JobTable jobs_ ABSL_GUARDED_BY(mu_);
+  state::NodeTable nodes_ ABSL_GUARDED_BY(mu_);
+  state::ResourceLedger ledger_ ABSL_GUARDED_BY(mu_);
+  state::MasterPorts ports_ ABSL_GUARDED_BY(mu_);
+  // Submits whose write has not committed yet.
+  std::set<int64_t> uncommitted_ ABSL_GUARDED_BY(mu_);
+  // Jobs submitted since the last pass (a pass over only these suffices
+  // when no capacity was freed).
+  std::vector<int64_t> new_pending_ ABSL_GUARDED_BY(mu_);
+  bool capacity_freed_ ABSL_GUARDED_BY(mu_) = true;
+  bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;
+  // The earliest time a fenced pending job may start.
+  absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time next_retention_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumped by every failed write and every reload: effects of writes queued
+  // under an older generation do not run.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool degraded_ ABSL_GUARDED_BY(mu_) = false;
+  std::string degraded_reason_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_probe_mono_ ABSL_GUARDED_BY(mu_);
+  bool probe_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex disconnect_mu_;
+  std::vector<std::pair<std::string, std::shared_ptr<AgentConnection>>>
+      disconnects_ ABSL_GUARDED_BY(disconnect_mu_);
+
+  absl::Mutex listeners_mu_;
+  int64_t next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 1;
+  std::map<std::string, std::map<int64_t, std::function<void()>>> listeners_
+      ABSL_GUARDED_BY(listeners_mu_);
+
+  std::thread loop_;
+};
+
+}  // namespace xl::control
+
+#endif  // XL_SERVER_CONTROL_CONTROLLER_H_

@@ -1,0 +1,465 @@
+// The JobService side of the controller: submit, read, list, cancel, queue
+// summary, events, metrics, planning. Readers see committed state only.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/duration.h"
+#include "common/planner/planner.h"
+#include "common/status.h"
+#include "server/control/controller.h"
+#include "server/scheduler/job_spec.h"
+
+namespace xl::control {
+
+v1::Job Controller::Visible(const JobRecord& rec) const {
+  v1::Job job = rec.committed ? *rec.committed : rec.job;
+  // What a pending job waits for and a training's latest metrics change
+  // without a write; they are shown live.
+  if (job.state() == v1::PENDING && rec.job.state() == v1::PENDING) {
+    job.set_reason(rec.job.reason());
+  }
+  if (rec.job.has_metrics()) *job.mutable_metrics() = rec.job.metrics();
+  return job;
+}
+
+void Controller::Submit(
+    const std::string& user, v1::SubmitJobRequest request,
+    std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
+  v1::JobSpec spec = std::move(*request.mutable_spec());
+  v1::Plan plan;
+  absl::Status valid = SizeFromModel(&spec, &plan);
+  if (valid.ok()) valid = scheduler::ValidateJobSpec(&spec);
+  if (!valid.ok()) {
+    done(valid);
+    return;
+  }
+  const std::string key = request.idempotency_key();
+  if (key.size() > 256) {
+    done(absl::InvalidArgumentError(
+        "idempotency_key: longer than 256 characters; use a UUID"));
+    return;
+  }
+  auto rec = std::make_shared<JobRecord>();
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    if (degraded_) {
+      refused = absl::UnavailableError(degraded_reason_);
+    } else if (!key.empty() && jobs_.keys().count(key) > 0) {
+      const int64_t id = jobs_.keys()[key];
+      v1::SubmitJobResponse resp;
+      resp.set_job_id(absl::StrCat(id));
+      resp.set_created(false);
+      if (uncommitted_.count(id) == 0) {
+        mu_.Unlock();
+        done(resp);
+        mu_.Lock();
+        return;
+      }
+      // The first submit is still committing: answer after it.
+      store_->Write([](store::Tx&) { return absl::OkStatus(); },
+                    [this, id, resp, done](absl::Status st) {
+                      bool exists;
+                      {
+                        absl::MutexLock lock(&mu_);
+                        exists = jobs_.Find(id) != nullptr;
+                      }
+                      if (st.ok() && exists) {
+                        done(resp);
+                      } else {
+                        done(absl::UnavailableError(
+                            "the first submit with this idempotency key "
+                            "failed; retry the call"));
+                      }
+                    });
+      return;
+    } else {
+      const int64_t id = jobs_.TakeId();
+      rec->id = id;
+      v1::Job& job = rec->job;
+      job.set_id(absl::StrCat(id));
+      job.set_user(user);
+      job.set_state(v1::PENDING);
+      job.set_attempt(1);
+      job.set_idempotency_key(key);
+      job.set_world_size(spec.resources().nodes() *
+                         spec.resources().ranks_per_node());
+      *job.mutable_create_time() = ToProtoTime(clock_->Now());
+      job.set_reason("waiting for the next scheduling pass");
+      if (plan.parameters() > 0) *job.mutable_plan() = std::move(plan);
+      *job.mutable_spec() = std::move(spec);
+      rec->request = jobs_.Intern(job.spec().resources());
+      v1::JobEvent e;
+      e.set_job_id(job.id());
+      e.set_seq(1);
+      *e.mutable_time() = job.create_time();
+      e.set_to_state(v1::PENDING);
+      e.set_attempt(1);
+      e.set_reason(absl::StrCat("submitted by ", user));
+      rec->events.push_back(e);
+      if (!key.empty()) jobs_.keys()[key] = id;
+      uncommitted_.insert(id);
+    }
+  }
+  if (!refused.ok()) {
+    done(refused);
+    return;
+  }
+  // The job enters the model only once it is on disk: nothing can act on a
+  // job that a crash would forget.
+  uint64_t generation;
+  {
+    absl::MutexLock lock(&mu_);
+    generation = generation_;
+  }
+  store_->Write(
+      [rec](store::Tx& tx) {
+        RETURN_IF_ERROR(tx.PutJob(rec->job));
+        return tx.AddEvent(rec->events[0]);
+      },
+      [this, rec, key, generation, done](absl::Status st) {
+        const int64_t id = rec->id;
+        if (!st.ok()) {
+          EnterDegraded(st);
+          {
+            absl::MutexLock lock(&mu_);
+            uncommitted_.erase(id);
+            auto it = jobs_.keys().find(key);
+            if (!key.empty() && it != jobs_.keys().end() && it->second == id) {
+              jobs_.keys().erase(it);
+            }
+          }
+          done(absl::UnavailableError(absl::StrCat(
+              "the job was not stored (", st.message(),
+              "); nothing was queued; retry once the scheduler takes writes "
+              "again")));
+          return;
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          uncommitted_.erase(id);
+          // After a reload the store already gave the model this job.
+          if (generation == generation_ && jobs_.Find(id) == nullptr) {
+            rec->committed_event_seq = 1;
+            rec->committed = std::make_shared<const v1::Job>(rec->job);
+            jobs_.Insert(std::move(*rec));
+            new_pending_.push_back(id);
+            pass_needed_ = true;
+            wake_ = true;
+          }
+        }
+        v1::SubmitJobResponse resp;
+        resp.set_job_id(absl::StrCat(id));
+        resp.set_created(true);
+        done(resp);
+      });
+}
+
+absl::StatusOr<v1::Job> Controller::GetJob(const std::string& job_id) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError("job_id: required; see xlctl list");
+  }
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = jobs_.Find(job_id);
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
+  }
+  return Visible(*rec);
+}
+
+absl::StatusOr<v1::ListJobsResponse> Controller::ListJobs(
+    const v1::ListJobsRequest& request) {
+  int limit = request.page_size();
+  if (limit < 0) {
+    return absl::InvalidArgumentError("page_size: must not be negative");
+  }
+  if (limit == 0) limit = 100;
+  limit = std::min(limit, 1000);
+  int64_t below = INT64_MAX;
+  if (!request.page_token().empty() &&
+      !absl::SimpleAtoi(request.page_token(), &below)) {
+    return absl::InvalidArgumentError(
+        "page_token: not a token this server gave; pass next_page_token of "
+        "the previous page");
+  }
+  std::set<int> states(request.states().begin(), request.states().end());
+  v1::ListJobsResponse resp;
+  absl::MutexLock lock(&mu_);
+  auto& all = jobs_.all();
+  auto it = all.lower_bound(below);
+  while (it != all.begin()) {
+    --it;
+    const JobRecord& rec = it->second;
+    const v1::Job& job = rec.committed ? *rec.committed : rec.job;
+    if (!states.empty() && states.count(job.state()) == 0) continue;
+    if (!request.user().empty() && job.user() != request.user()) continue;
+    if (!request.queue().empty() && job.spec().queue() != request.queue()) {
+      continue;
+    }
+    if (resp.jobs_size() == limit) {
+      resp.set_next_page_token(absl::StrCat(it->first + 1));
+      break;
+    }
+    *resp.add_jobs() = Visible(rec);
+  }
+  return resp;
+}
+
+void Controller::Cancel(const std::string& user,
+                        const v1::CancelJobRequest& request,
+                        std::function<void(absl::StatusOr<v1::Job>)> done) {
+  if (request.job_id().empty()) {
+    done(absl::InvalidArgumentError("job_id: required; see xlctl list"));
+    return;
+  }
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* rec = jobs_.Find(request.job_id());
+    if (rec == nullptr) {
+      error = absl::NotFoundError(
+          absl::StrCat("job ", request.job_id(), " does not exist"));
+    } else if (degraded_) {
+      error = absl::UnavailableError(degraded_reason_);
+    } else if (state::JobTable::IsTerminal(rec->job.state())) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("job ", request.job_id(), " already ended ",
+                       v1::JobState_Name(rec->job.state()),
+                       "; there is nothing to cancel"));
+    } else {
+      std::string reason = absl::StrCat("cancelled by ", user);
+      if (!request.reason().empty()) {
+        absl::StrAppend(&reason, ": ", request.reason());
+      }
+      const std::string id = rec->job.id();
+      EndJob(rec, v1::CANCELLED, reason, [this, id, done](absl::Status st) {
+        if (!st.ok()) {
+          done(st);
+          return;
+        }
+        done(GetJob(id));
+      });
+    }
+  }
+  if (!error.ok()) done(error);
+}
+
+v1::GetQueueResponse Controller::GetQueue() {
+  v1::GetQueueResponse resp;
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, v1::QueueSummary> queues;
+  for (const auto& [id, rec] : jobs_.all()) {
+    const v1::Job& job = rec.job;
+    if (state::JobTable::IsTerminal(job.state())) continue;
+    v1::QueueSummary& q = queues[job.spec().queue()];
+    q.set_queue(job.spec().queue());
+    const auto& r = job.spec().resources();
+    if (job.state() == v1::PENDING) {
+      q.set_pending_jobs(q.pending_jobs() + 1);
+      q.set_gpus_requested_pending(q.gpus_requested_pending() +
+                                   r.nodes() * r.gpus_per_node());
+    } else {
+      q.set_running_jobs(q.running_jobs() + 1);
+      int gpus = 0;
+      for (const auto& a : job.allocations()) gpus += a.gpu_indices_size();
+      q.set_gpus_in_use(q.gpus_in_use() + gpus);
+    }
+  }
+  for (auto& [name, q] : queues) *resp.add_queues() = q;
+  int total = 0, used = 0;
+  for (const auto& [name, node] : nodes_.all()) {
+    if (node.lost) {
+      resp.set_nodes_lost(resp.nodes_lost() + 1);
+      continue;
+    }
+    if (node.drained) {
+      resp.set_nodes_drained(resp.nodes_drained() + 1);
+    } else {
+      resp.set_nodes_ready(resp.nodes_ready() + 1);
+    }
+    total += node.inventory.gpus_size();
+    for (const auto& h : ledger_.Holds(name)) {
+      used += static_cast<int>(h.share.gpu_indices.size());
+    }
+  }
+  resp.set_total_gpus(total);
+  resp.set_gpus_in_use(used);
+  resp.set_gpus_free(total - used);
+  return resp;
+}
+
+absl::Status Controller::ReadEvents(const std::string& job_id,
+                                    int64_t after_seq,
+                                    std::vector<v1::JobEvent>* out,
+                                    bool* finished) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = jobs_.Find(job_id);
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
+  }
+  for (const auto& e : rec->events) {
+    if (e.seq() > after_seq && e.seq() <= rec->committed_event_seq) {
+      out->push_back(e);
+    }
+  }
+  int64_t last = out->empty() ? after_seq : out->back().seq();
+  *finished = state::JobTable::IsTerminal(rec->job.state()) &&
+              last >= rec->committed_event_seq &&
+              rec->committed_event_seq == rec->events.back().seq();
+  return absl::OkStatus();
+}
+
+absl::Status Controller::JobFinished(const std::string& job_id,
+                                     bool* finished) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = jobs_.Find(job_id);
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
+  }
+  *finished = state::JobTable::IsTerminal(rec->job.state()) &&
+              rec->committed_event_seq == rec->events.back().seq();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GetJobMetricsResponse> Controller::GetJobMetrics(
+    const v1::GetJobMetricsRequest& request) {
+  constexpr int kMaxPage = 10000;
+  int limit = request.page_size();
+  if (limit < 0) {
+    return absl::InvalidArgumentError("page_size: must not be negative");
+  }
+  if (limit == 0 || limit > kMaxPage) limit = kMaxPage;
+  int64_t after = 0;
+  if (!request.page_token().empty() &&
+      (!absl::SimpleAtoi(request.page_token(), &after) || after < 0)) {
+    return absl::InvalidArgumentError(
+        "page_token: not a token this server gave; pass next_page_token of "
+        "the previous page");
+  }
+  int64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* rec = jobs_.Find(request.job_id());
+    if (rec == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("job ", request.job_id(), " does not exist"));
+    }
+    id = rec->id;
+  }
+  ASSIGN_OR_RETURN(auto points, store_->ReadMetrics(id, after, limit));
+  v1::GetJobMetricsResponse resp;
+  for (auto& [seq, p] : points) *resp.add_points() = std::move(p);
+  if (static_cast<int>(points.size()) == limit) {
+    resp.set_next_page_token(absl::StrCat(points.back().first));
+  }
+  return resp;
+}
+
+namespace {
+
+std::vector<planner::FleetGpu> FleetOf(
+    const std::vector<const v1::NodeInventory*>& inventories) {
+  std::vector<planner::FleetGpu> fleet;
+  for (const auto* inv : inventories) {
+    std::map<std::string, planner::FleetGpu> by_model;
+    for (const auto& g : inv->gpus()) {
+      planner::FleetGpu& f = by_model[g.model()];
+      f.model = g.model();
+      f.memory_bytes = std::max<uint64_t>(f.memory_bytes, g.memory_bytes());
+      ++f.count;
+    }
+    for (auto& [model, f] : by_model) {
+      f.gpus_per_node = f.count;
+      fleet.push_back(f);
+    }
+  }
+  return fleet;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Plan> Controller::PlanResources(const v1::ModelSpec& model) {
+  RETURN_IF_ERROR(planner::ValidateModelSpec(model));
+  std::vector<planner::FleetGpu> fleet;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<const v1::NodeInventory*> inventories;
+    for (const auto& [name, node] : nodes_.all()) {
+      if (!node.lost) inventories.push_back(&node.inventory);
+    }
+    fleet = FleetOf(inventories);
+  }
+  return planner::MakePlan(model, fleet);
+}
+
+absl::Status Controller::SizeFromModel(v1::JobSpec* spec, v1::Plan* plan) {
+  v1::ModelSpec model;
+  bool derive_all = false;
+  if (spec->has_model()) {
+    model = spec->model();
+    derive_all = true;
+  } else if (spec->has_train()) {
+    // xl-train's MLP, with xl-train's defaults (agent/worker/train_config.h).
+    const v1::TrainSpec& t = spec->train();
+    v1::MlpShape* mlp = model.mutable_mlp();
+    mlp->set_input_dim(t.input_dim() > 0 ? t.input_dim() : 256);
+    mlp->set_hidden_dim(t.hidden_dim() > 0 ? t.hidden_dim() : 1024);
+    mlp->set_hidden_layers(t.hidden_layers() > 0 ? t.hidden_layers() : 2);
+    mlp->set_classes(t.classes() > 0 ? t.classes() : 16);
+    model.set_micro_batch_size(t.batch_per_rank() > 0 ? t.batch_per_rank() : 64);
+    const bool cpu = t.device() == "cpu" ||
+                     (t.device().empty() && spec->resources().gpus_per_node() == 0);
+    if (cpu) {
+      model.set_gpu_model(planner::kCpuDevice);
+      model.set_precision(v1::FP32);
+    } else {
+      model.set_precision(t.precision());
+    }
+    if (!planner::ValidateModelSpec(model).ok()) return absl::OkStatus();
+    *spec->mutable_model() = model;
+  } else {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(*plan, PlanResources(model));
+  auto* r = spec->mutable_resources();
+  const uint64_t per_rank = plan->memory_per_gpu().total_bytes();
+  if (model.gpu_model() == planner::kCpuDevice) {
+    if (r->memory_bytes_per_node() == 0) {
+      const int ranks = r->ranks_per_node() > 0 ? r->ranks_per_node() : 1;
+      r->set_memory_bytes_per_node(per_rank * static_cast<uint64_t>(ranks));
+    }
+    return absl::OkStatus();
+  }
+  bool fits_fleet = false, any_fleet = false;
+  for (const auto& g : plan->gpus_that_fit()) {
+    if (g.in_fleet() > 0) any_fleet = true;
+    if (g.in_fleet() > 0 && g.fits()) fits_fleet = true;
+  }
+  if (any_fleet && !fits_fleet) {
+    std::string why = absl::StrCat(
+        "model: needs ", HumanBytes(per_rank), " per GPU (",
+        plan->model().micro_batch_size(), " per micro-batch), and no GPU of the "
+        "fleet has that much");
+    for (const auto& w : plan->warnings()) absl::StrAppend(&why, "; ", w);
+    absl::StrAppend(&why, "; shard with model.sharding (ZERO_3), use tensor or "
+                          "pipeline parallelism, or lower micro_batch_size "
+                          "(xlctl plan shows the arithmetic)");
+    return absl::InvalidArgumentError(why);
+  }
+  if (r->min_gpu_memory_bytes() == 0) r->set_min_gpu_memory_bytes(per_rank);
+  if (derive_all) {
+    if (r->gpus_per_node() == 0) {
+      r->set_gpus_per_node(std::max(1, std::min(plan->gpus(),
+                                                plan->model().gpus_per_node())));
+    }
+    if (r->nodes() == 0) r->set_nodes(std::max(1, plan->nodes()));
+    if (r->nvme_bytes_per_node() == 0) {
+      r->set_nvme_bytes_per_node(plan->nvme_bytes_per_node());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xl::control

@@ -1,0 +1,78 @@
+#include "server/control/launch.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace xl::control {
+namespace {
+
+// The fastest NIC of a node, for the NCCL hints; nullptr when it has none.
+const v1::Nic* FastestNic(const v1::NodeInventory& inv) {
+  const v1::Nic* best = nullptr;
+  for (const auto& nic : inv.nics()) {
+    if (best == nullptr || nic.gbps() > best->gbps()) best = &nic;
+  }
+  return best;
+}
+
+}  // namespace
+
+v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
+                                     const v1::Allocation& a,
+                                     const v1::NodeInventory& inventory,
+                                     const LaunchContext& context) {
+  const auto& res = job.spec().resources();
+  const int rpn = res.ranks_per_node();
+  v1::SchedulerMessage msg;
+  v1::StartRanks* start = msg.mutable_start_ranks();
+  start->set_job_id(job.id());
+  start->set_attempt(job.attempt());
+  start->mutable_argv()->CopyFrom(job.spec().command());
+  start->set_working_dir(job.spec().working_dir());
+  *start->mutable_grace_period() = job.spec().grace_period();
+
+  // What every rank of this node shares. The job's own variables come first
+  // so that the scheduler's win (validation refuses them anyway).
+  google::protobuf::Map<std::string, std::string> shared;
+  if (const v1::Nic* nic = FastestNic(inventory)) {
+    if (nic->kind() == v1::INFINIBAND) {
+      shared["NCCL_IB_HCA"] = nic->name();
+    } else {
+      shared["NCCL_SOCKET_IFNAME"] = nic->name();
+    }
+  }
+  for (const auto& [k, v] : job.spec().env()) shared[k] = v;
+  shared["WORLD_SIZE"] = absl::StrCat(job.world_size());
+  shared["ROLE_WORLD_SIZE"] = absl::StrCat(job.world_size());
+  shared["LOCAL_WORLD_SIZE"] = absl::StrCat(rpn);
+  shared["GROUP_RANK"] = absl::StrCat(a.group_rank());
+  shared["GROUP_WORLD_SIZE"] = absl::StrCat(res.nodes());
+  shared["MASTER_ADDR"] = job.master_addr();
+  shared["MASTER_PORT"] = absl::StrCat(job.master_port());
+  shared["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(a.gpu_indices(), ",");
+  shared["TORCHELASTIC_RUN_ID"] = job.id();
+  shared["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(job.attempt() - 1);
+  shared["TORCHELASTIC_MAX_RESTARTS"] =
+      absl::StrCat(job.spec().max_retries());
+  shared["XL_JOB_ID"] = job.id();
+  shared["XL_ATTEMPT"] = absl::StrCat(job.attempt());
+  shared["XL_NODE"] = a.node();
+  shared["XL_NODE_ADDRESS"] = a.address();
+  shared["XL_SCHEDULER"] = context.scheduler_address;
+  shared["XL_RENDEZVOUS_TOKEN"] = context.token;
+  if (context.shared_env) *start->mutable_env() = shared;
+
+  for (int l = 0; l < a.ranks_size(); ++l) {
+    v1::RankLaunch* launch = start->add_ranks();
+    launch->set_rank(a.ranks(l));
+    launch->set_local_rank(l);
+    auto& env = *launch->mutable_env();
+    if (!context.shared_env) env = shared;
+    env["RANK"] = absl::StrCat(a.ranks(l));
+    env["ROLE_RANK"] = absl::StrCat(a.ranks(l));
+    env["LOCAL_RANK"] = absl::StrCat(l);
+  }
+  return msg;
+}
+
+}  // namespace xl::control

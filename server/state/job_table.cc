@@ -1,0 +1,110 @@
+#include "server/state/job_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/duration.h"
+
+namespace xl::state {
+
+bool JobTable::Allowed(v1::JobState from, v1::JobState to) {
+  switch (from) {
+    case v1::PENDING:
+      return to == v1::SCHEDULED || to == v1::CANCELLED || to == v1::FAILED;
+    case v1::SCHEDULED:
+    case v1::RUNNING:
+      return to == v1::RUNNING || to == v1::PENDING || IsTerminal(to);
+    default:
+      return false;
+  }
+}
+
+int64_t JobTable::ParseId(const std::string& id) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(id, &v) || v <= 0) return -1;
+  return v;
+}
+
+JobRecord* JobTable::Find(int64_t id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+JobRecord& JobTable::Insert(JobRecord rec) {
+  const int64_t id = rec.id;
+  next_id_ = std::max(next_id_, id + 1);
+  if (!rec.job.idempotency_key().empty()) keys_[rec.job.idempotency_key()] = id;
+  if (rec.request == nullptr) rec.request = Intern(rec.job.spec().resources());
+  JobRecord& stored = jobs_[id] = std::move(rec);
+  Index(&stored, v1::JOB_STATE_UNSPECIFIED);
+  return stored;
+}
+
+void JobTable::Erase(int64_t id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  const v1::Job& job = it->second.job;
+  pending_.erase({-job.spec().priority(), id});
+  active_.erase(id);
+  auto key = keys_.find(job.idempotency_key());
+  if (key != keys_.end() && key->second == id) keys_.erase(key);
+  jobs_.erase(it);
+}
+
+void JobTable::Index(JobRecord* rec, v1::JobState from) {
+  const int prio = rec->job.spec().priority();
+  if (from == v1::PENDING) pending_.erase({-prio, rec->id});
+  if (IsActive(from)) active_.erase(rec->id);
+  const v1::JobState to = rec->job.state();
+  if (to == v1::PENDING) pending_.insert({-prio, rec->id});
+  if (IsActive(to)) active_.insert(rec->id);
+}
+
+absl::StatusOr<v1::JobEvent> JobTable::Transition(JobRecord* rec,
+                                                  v1::JobState to,
+                                                  const std::string& reason,
+                                                  absl::Time now_wall) {
+  v1::Job& job = rec->job;
+  const v1::JobState from = job.state();
+  if (!Allowed(from, to)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.id(), ": ", v1::JobState_Name(from), " -> ",
+        v1::JobState_Name(to), " is not a transition a job may take"));
+  }
+  job.set_state(to);
+  job.set_reason(reason);
+  if (IsTerminal(to)) *job.mutable_end_time() = ToProtoTime(now_wall);
+  Index(rec, from);
+  v1::JobEvent e;
+  e.set_job_id(job.id());
+  e.set_seq(rec->events.empty() ? 1 : rec->events.back().seq() + 1);
+  *e.mutable_time() = ToProtoTime(now_wall);
+  e.set_from_state(from);
+  e.set_to_state(to);
+  e.set_attempt(job.attempt());
+  e.set_reason(reason);
+  rec->events.push_back(e);
+  return e;
+}
+
+std::shared_ptr<const v1::ResourceRequest> JobTable::Intern(
+    const v1::ResourceRequest& request) {
+  std::string key = request.SerializeAsString();
+  auto& slot = requests_[key];
+  if (auto shared = slot.lock()) return shared;
+  auto made = std::make_shared<const v1::ResourceRequest>(request);
+  slot = made;
+  return made;
+}
+
+void JobTable::Clear() {
+  jobs_.clear();
+  next_id_ = 1;
+  pending_.clear();
+  active_.clear();
+  keys_.clear();
+  requests_.clear();
+}
+
+}  // namespace xl::state

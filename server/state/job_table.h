@@ -1,0 +1,107 @@
+// JobTable: every job the scheduler keeps in memory, the transitions a job's
+// state may take, and the indexes the control loop needs (pending in policy
+// order, active, idempotency keys, equal resource requests shared). A record
+// holds the working state, which runs ahead of the disk while its write is in
+// flight, and the last committed version, which is all that readers see.
+// In-memory model: no threads, no I/O; thread-compatible (the controller's
+// mutex guards it).
+#ifndef XL_SERVER_STATE_JOB_TABLE_H_
+#define XL_SERVER_STATE_JOB_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "xl/v1/agent.pb.h"
+#include "xl/v1/job.pb.h"
+
+namespace xl::state {
+
+struct JobRecord {
+  int64_t id = 0;
+  v1::Job job;  // working state
+  // The last version known to be on disk; what GetJob and ListJobs show.
+  std::shared_ptr<const v1::Job> committed;
+  std::vector<v1::JobEvent> events;
+  int64_t committed_event_seq = 0;
+  // The request, shared with every job whose request is equal.
+  std::shared_ptr<const v1::ResourceRequest> request;
+  // Statuses of the current attempt's ranks seen so far.
+  std::map<int, v1::RankStatus> ranks;
+  // The current attempt is being stopped; its rank exits change nothing.
+  bool stopping = false;
+  // XL_RENDEZVOUS_TOKEN of the current attempt.
+  std::string token;
+  // Monotonic: when the attempt started (time limits), when the job may
+  // next start (after a lost node's lease has run out), when metrics were
+  // last stored.
+  absl::Time start_mono = absl::InfinitePast();
+  absl::Time eligible_mono = absl::InfinitePast();
+  absl::Time metrics_stored_mono = absl::InfinitePast();
+  // Output stored for the job (retention by size).
+  int64_t log_bytes = 0;
+};
+
+class JobTable {
+ public:
+  // May a job go from `from` to `to`? (PENDING -> SCHEDULED -> RUNNING ->
+  // SUCCEEDED | FAILED | CANCELLED, requeue back to PENDING, cancel and fail
+  // from any live state; nothing leaves a final state.)
+  static bool Allowed(v1::JobState from, v1::JobState to);
+  static bool IsActive(v1::JobState s) {
+    return s == v1::SCHEDULED || s == v1::RUNNING;
+  }
+  static bool IsTerminal(v1::JobState s) {
+    return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+  }
+  static int64_t ParseId(const std::string& id);
+
+  JobRecord* Find(int64_t id);
+  JobRecord* Find(const std::string& id) { return Find(ParseId(id)); }
+  // Adds a record (its id set) and indexes it by state and key.
+  JobRecord& Insert(JobRecord rec);
+  // Forgets a finished job (retention).
+  void Erase(int64_t id);
+
+  // Moves the job to `to`, records the event (returned; not yet committed)
+  // and keeps the indexes. FAILED_PRECONDITION for a transition not
+  // Allowed (nothing changes then).
+  absl::StatusOr<v1::JobEvent> Transition(JobRecord* rec, v1::JobState to,
+                                          const std::string& reason,
+                                          absl::Time now_wall);
+
+  // One shared object per distinct request.
+  std::shared_ptr<const v1::ResourceRequest> Intern(
+      const v1::ResourceRequest& request);
+
+  int64_t next_id() const { return next_id_; }
+  int64_t TakeId() { return next_id_++; }
+  std::map<int64_t, JobRecord>& all() { return jobs_; }
+  // PENDING jobs in policy order: (-priority, id).
+  const std::set<std::pair<int, int64_t>>& pending() const { return pending_; }
+  // SCHEDULED and RUNNING jobs.
+  const std::set<int64_t>& active() const { return active_; }
+  // Idempotency key -> job id, including submits not yet committed.
+  std::map<std::string, int64_t>& keys() { return keys_; }
+  void Clear();
+
+ private:
+  void Index(JobRecord* rec, v1::JobState from);
+
+  std::map<int64_t, JobRecord> jobs_;
+  int64_t next_id_ = 1;
+  std::set<std::pair<int, int64_t>> pending_;
+  std::set<int64_t> active_;
+  std::map<std::string, int64_t> keys_;
+  std::map<std::string, std::weak_ptr<const v1::ResourceRequest>> requests_;
+};
+
+}  // namespace xl::state
+
+#endif  // XL_SERVER_STATE_JOB_TABLE_H_

@@ -1,0 +1,52 @@
+#include "server/state/node_table.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace xl::state {
+
+NodeRecord* NodeTable::Find(const std::string& name) {
+  auto it = nodes_.find(name);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+const NodeRecord* NodeTable::Find(const std::string& name) const {
+  auto it = nodes_.find(name);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+NodeRecord& NodeTable::Upsert(const std::string& name) {
+  NodeRecord& node = nodes_[name];
+  node.name = name;
+  return node;
+}
+
+std::string NodeTable::Unavailable(const NodeRecord& node) {
+  if (node.lost) return absl::StrCat("lost (", node.lost_reason, ")");
+  if (!node.conn) return "agent not connected";
+  if (node.drained) {
+    return node.drain_reason.empty()
+               ? "drained"
+               : absl::StrCat("drained (", node.drain_reason, ")");
+  }
+  if (!node.foreign_ranks.empty()) {
+    const auto& [job, attempt, rank] = *node.foreign_ranks.begin();
+    return absl::StrCat("runs ", node.foreign_ranks.size(),
+                        " rank(s) the scheduler has no record of (job ", job,
+                        " attempt ", attempt, " rank ", rank,
+                        "); waiting for them to exit");
+  }
+  return "";
+}
+
+std::vector<NodeRecord*> NodeTable::Silent(absl::Time now_mono,
+                                           absl::Duration timeout) {
+  std::vector<NodeRecord*> out;
+  for (auto& [name, node] : nodes_) {
+    if (!node.lost && now_mono - node.last_heartbeat_mono > timeout) {
+      out.push_back(&node);
+    }
+  }
+  return out;
+}
+
+}  // namespace xl::state

@@ -1,0 +1,354 @@
+// The control plane's fences, each shown against the real controller and
+// store: a failed write has no effect and puts the scheduler in degraded
+// mode; liveness ignores wall-clock steps; resources stay held until ranks
+// are really gone; agents speak only for their own ranks; undelivered
+// assignments spend no retry; tokens and rank exits survive a restart.
+#include "tests/server/controller_fixture.h"
+
+#include "common/duration.h"
+
+namespace xl::control {
+namespace {
+
+using Msg = v1::SchedulerMessage;
+
+absl::Status DiskFull() {
+  return absl::ResourceExhaustedError("database or disk is full");
+}
+
+TEST_F(ControllerTest, FailedWriteOfAStartSendsNothingAndDegrades) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  faulty_->FailWrites(DiskFull());
+  controller_->Tick();  // places the job; its write fails
+  Settle();
+  EXPECT_EQ(a->Count(Msg::kStartRanks), 0) << "acted on an unrecorded start";
+  // Readers see what is on disk, not the lost transition.
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING);
+  // Writes are refused, saying why and what to do.
+  absl::Status writable = controller_->Writable();
+  EXPECT_EQ(writable.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(writable.message().find("disk is full"), std::string::npos)
+      << writable;
+  EXPECT_NE(writable.message().find("free disk space"), std::string::npos);
+  auto refused = TrySubmit(1, 0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(CancelSync(id).code(), absl::StatusCode::kUnavailable);
+  // Heartbeats still renew the agent's lease: a full disk stops no training.
+  Beat("a", a.get());
+  EXPECT_EQ(a->Count(Msg::kHeartbeatAck), 1);
+  // The disk comes back: the next probe reloads the model from the store
+  // and asks every agent to register again.
+  faulty_->Heal();
+  clock_.Advance(absl::Seconds(2));
+  controller_->Tick();
+  Settle();
+  EXPECT_TRUE(controller_->Writable().ok());
+  EXPECT_FALSE(a->closed().empty());
+  // The agent registers again (what runs is re-reported) and the job starts.
+  auto a2 = AddNode("a", 1);
+  controller_->Tick();
+  auto start = a2->WaitFor(Msg::kStartRanks).start_ranks();
+  EXPECT_EQ(start.job_id(), id);
+  EXPECT_EQ(start.attempt(), 1);
+}
+
+TEST_F(ControllerTest, FailedWriteOfACancelStopsNoRank) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  faulty_->FailWrites(DiskFull());
+  absl::Status st = CancelSync(id);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  Settle();
+  EXPECT_EQ(a->Count(Msg::kStopJob), 0) << "stopped ranks for an unrecorded cancel";
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  // After the reload the job is what the disk says: still running.
+  faulty_->Heal();
+  clock_.Advance(absl::Seconds(2));
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  EXPECT_TRUE(CancelSync(id).ok());
+}
+
+TEST_F(ControllerTest, WallClockStepsChangeNothing) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1, "", 0, /*time_limit_s=*/600);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  for (absl::Duration step : {absl::Hours(1), absl::Hours(-2), absl::Hours(1)}) {
+    clock_.StepWall(step);
+    clock_.Advance(absl::Seconds(1));
+    Beat("a", a.get());
+    controller_->Tick();
+    Settle();
+    EXPECT_EQ(controller_->GetNode("a")->state(), v1::READY);
+    EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  }
+  EXPECT_TRUE(a->closed().empty());
+  EXPECT_EQ(a->Count(Msg::kStopJob), 0);
+  // Real silence still counts.
+  clock_.Advance(absl::Seconds(11));
+  controller_->Tick();
+  EXPECT_EQ(controller_->GetNode("a")->state(), v1::LOST);
+}
+
+TEST_F(ControllerTest, ReturningNodeKeepsItsRanksResourcesUntilTheyExit) {
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  std::string id = Submit(1, 1, "", /*retries=*/1);
+  controller_->Tick();
+  auto start = a->WaitFor(Msg::kStartRanks).start_ranks();
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  // a falls silent and is lost; the job is requeued (fenced).
+  clock_.Advance(absl::Seconds(6));
+  Beat("b", b.get());
+  clock_.Advance(absl::Seconds(6));
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetNode("a")->state(), v1::LOST);
+  // a comes back, still running the old attempt's rank: its GPU stays held,
+  // and the rank is told to stop.
+  auto a2 = AddNode("a", 1, {Status(id, 1, 0, v1::RANK_RUNNING)});
+  auto stop = a2->WaitFor(Msg::kStopJob).stop_job();
+  EXPECT_EQ(stop.job_id(), id);
+  EXPECT_EQ(stop.attempt(), 1);
+  EXPECT_EQ(controller_->GetNode("a")->usage().gpus_in_use_size(), 1);
+  // Nothing new lands on its busy GPU: the next attempt goes to b.
+  clock_.Advance(absl::Seconds(12));
+  Beat("a", a2.get());
+  Beat("b", b.get());
+  controller_->Tick();
+  auto sb = b->WaitFor(Msg::kStartRanks).start_ranks();
+  EXPECT_EQ(sb.attempt(), 2);
+  EXPECT_EQ(a2->Count(Msg::kStartRanks), 0);
+  // Once the old rank's processes are all gone, the GPU is free again.
+  Report("a", a2.get(), id, 1, 0, v1::RANK_EXITED, 143, /*remaining=*/true);
+  EXPECT_EQ(controller_->GetNode("a")->usage().gpus_in_use_size(), 1);
+  Report("a", a2.get(), id, 1, 0, v1::RANK_EXITED, 143);
+  EXPECT_EQ(controller_->GetNode("a")->usage().gpus_in_use_size(), 0);
+}
+
+TEST_F(ControllerTest, GpusAreHeldUntilTheWholeProcessGroupIsGone) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  // The rank's first process exits 0 while a child of it still runs.
+  Report("a", a.get(), id, 1, 0, v1::RANK_EXITED, 0, /*remaining=*/true);
+  EXPECT_EQ(WaitState(id, v1::SUCCEEDED), v1::SUCCEEDED);
+  EXPECT_EQ(controller_->GetQueue().gpus_in_use(), 1);
+  std::string next = Submit(1, 1);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(a->Count(Msg::kStartRanks), 0) << "placed on a GPU still in use";
+  Report("a", a.get(), id, 1, 0, v1::RANK_EXITED, 0);
+  EXPECT_EQ(controller_->GetQueue().gpus_in_use(), 0);
+  controller_->Tick();
+  EXPECT_EQ(a->WaitFor(Msg::kStartRanks).start_ranks().job_id(), next);
+}
+
+TEST_F(ControllerTest, AgentsSpeakOnlyForTheirOwnRanksAndAttempt) {
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  EXPECT_EQ(WaitState(id, v1::RUNNING), v1::RUNNING);
+  // b claims a's rank failed; an old attempt number is used on a.
+  Report("b", b.get(), id, 1, 0, v1::RANK_EXITED, 1);
+  Report("a", a.get(), id, 0, 0, v1::RANK_EXITED, 1);
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  // b's output for a's rank is dropped (and acknowledged, so not resent).
+  v1::AgentMessage log;
+  log.set_seq(7);
+  log.mutable_log()->set_job_id(id);
+  log.mutable_log()->set_attempt(1);
+  log.mutable_log()->set_rank(0);
+  log.mutable_log()->set_stream(v1::STDOUT);
+  log.mutable_log()->set_data("forged\n");
+  controller_->AgentMessage("b", b.get(), log);
+  EXPECT_EQ(b->WaitFor(Msg::kLogAck).log_ack().seq(), 7u);
+  Settle();
+  EXPECT_TRUE(store_->ReadLogs(1, 0, -1, 10)->empty());
+  // a's own output is kept.
+  controller_->AgentMessage("a", a.get(), log);
+  a->WaitFor(Msg::kLogAck);
+  EXPECT_EQ(store_->ReadLogs(1, 0, -1, 10)->size(), 1u);
+}
+
+TEST_F(ControllerTest, UndeliveredStartSpendsNoRetry) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1, "", /*retries=*/0);
+  a->Kill();  // the stream ended; the scheduler has not noticed yet
+  controller_->Tick();
+  Settle();
+  Settle();
+  auto job = *controller_->GetJob(id);
+  EXPECT_EQ(job.state(), v1::PENDING) << job.reason();
+  EXPECT_EQ(job.retries_used(), 0);
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_NE(job.reason().find("could not be delivered"), std::string::npos)
+      << job.reason();
+  // The agent reconnects: the job starts there, still with no retry spent.
+  auto a2 = AddNode("a", 1);
+  controller_->Tick();
+  EXPECT_EQ(a2->WaitFor(Msg::kStartRanks).start_ranks().attempt(), 2);
+}
+
+TEST_F(ControllerTest, StartLostWithTheStreamSpendsNoRetry) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1, "", /*retries=*/0);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);  // queued, but the stream died with it
+  Settle();
+  // The agent registers again knowing nothing of the job.
+  auto a2 = AddNode("a", 1);
+  Settle();
+  auto job = *controller_->GetJob(id);
+  EXPECT_NE(job.state(), v1::FAILED) << job.reason();
+  EXPECT_EQ(job.retries_used(), 0);
+  controller_->Tick();
+  EXPECT_EQ(a2->WaitFor(Msg::kStartRanks).start_ranks().attempt(), 2);
+}
+
+TEST_F(ControllerTest, TokensAndRankExitsSurviveARestart) {
+  auto a = AddNode("a", 2);
+  std::string id = Submit(1, 2);
+  controller_->Tick();
+  auto start = a->WaitFor(Msg::kStartRanks).start_ranks();
+  const std::string token = start.ranks(0).env().at("XL_RENDEZVOUS_TOKEN");
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Report("a", a.get(), id, 1, 1, v1::RANK_RUNNING);
+  Report("a", a.get(), id, 1, 0, v1::RANK_EXITED, 0);
+  Settle();
+  Open();  // the scheduler restarts
+  // The running attempt's token still opens its rendezvous.
+  v1::RendezvousPutRequest put;
+  put.mutable_scope()->set_job_id(id);
+  put.mutable_scope()->set_attempt(1);
+  put.mutable_scope()->set_token(token);
+  put.set_key("k");
+  put.set_value("v");
+  EXPECT_TRUE(controller_->rendezvous()->Put(put).ok());
+  // The agent reconnects (rank 0's exit already forgotten by it); rank 1
+  // exits 0 after the restart: the job succeeded, since rank 0's exit was
+  // stored.
+  auto a2 = AddNode("a", 2, {Status(id, 1, 1, v1::RANK_RUNNING)});
+  Report("a", a2.get(), id, 1, 1, v1::RANK_EXITED, 0);
+  EXPECT_EQ(WaitState(id, v1::SUCCEEDED), v1::SUCCEEDED);
+  EXPECT_EQ(controller_->GetJob(id)->rank_exits_size(), 2);
+  EXPECT_EQ(controller_->GetQueue().gpus_in_use(), 0);
+}
+
+TEST_F(ControllerTest, EndedJobStillStoppingHoldsItsGpusAcrossARestart) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  ASSERT_TRUE(CancelSync(id).ok());
+  Settle();
+  Open();  // restart while the cancelled rank is still stopping
+  auto a2 = AddNode("a", 1, {Status(id, 1, 0, v1::RANK_RUNNING)});
+  EXPECT_EQ(controller_->GetNode("a")->usage().gpus_in_use_size(), 1);
+  std::string next = Submit(1, 1);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(a2->Count(Msg::kStartRanks), 0);
+  Report("a", a2.get(), id, 1, 0, v1::RANK_EXITED, 143);
+  controller_->Tick();
+  EXPECT_EQ(a2->WaitFor(Msg::kStartRanks).start_ranks().job_id(), next);
+}
+
+TEST_F(ControllerTest, UnknownRunningRankKeepsTheNodeFromNewWork) {
+  // The agent runs a rank the scheduler holds nothing for.
+  auto a = AddNode("a", 1, {Status("99", 3, 0, v1::RANK_RUNNING)});
+  EXPECT_EQ(a->WaitFor(Msg::kStopJob).stop_job().job_id(), "99");
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(a->Count(Msg::kStartRanks), 0);
+  EXPECT_NE(controller_->GetJob(id)->reason().find("no record of"),
+            std::string::npos)
+      << controller_->GetJob(id)->reason();
+  Report("a", a.get(), "99", 3, 0, v1::RANK_EXITED, 143);
+  controller_->Tick();
+  EXPECT_EQ(a->WaitFor(Msg::kStartRanks).start_ranks().job_id(), id);
+}
+
+TEST_F(ControllerTest, LeaseIsGrantedAndHeartbeatsAcknowledged) {
+  auto conn = std::make_shared<FakeConnection>();
+  v1::Register reg;
+  reg.set_name("a");
+  reg.set_honours_lease(true);
+  ASSERT_TRUE(controller_->AgentRegister(reg, conn).ok());
+  auto ack = conn->WaitFor(Msg::kRegisterAck).register_ack();
+  EXPECT_EQ(FromProto(ack.lease()), absl::Seconds(10));
+  v1::AgentMessage beat;
+  beat.mutable_heartbeat()->set_seq(42);
+  controller_->AgentMessage("a", conn.get(), beat);
+  EXPECT_EQ(conn->WaitFor(Msg::kHeartbeatAck).heartbeat_ack().seq(), 42u);
+}
+
+TEST_F(ControllerTest, SharedEnvironmentGoesOncePerNode) {
+  auto a = AddNode("a", 2, {}, /*shared_env=*/true);
+  std::string id = Submit(1, 2);
+  controller_->Tick();
+  auto start = a->WaitFor(Msg::kStartRanks).start_ranks();
+  EXPECT_EQ(start.env().at("WORLD_SIZE"), "2");
+  EXPECT_EQ(start.env().at("XL_JOB_ID"), id);
+  ASSERT_EQ(start.ranks_size(), 2);
+  EXPECT_EQ(start.ranks(1).env().at("RANK"), "1");
+  EXPECT_EQ(start.ranks(1).env().count("WORLD_SIZE"), 0u);
+}
+
+TEST_F(ControllerTest, ListNodesIsPaged) {
+  for (int i = 0; i < 5; ++i) AddNode(absl::StrCat("n", i), 0);
+  v1::ListNodesRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> names;
+  for (int page = 0; page < 10; ++page) {
+    auto resp = controller_->ListNodes(req);
+    ASSERT_TRUE(resp.ok());
+    EXPECT_LE(resp->nodes_size(), 2);
+    for (const auto& n : resp->nodes()) names.push_back(n.name());
+    if (resp->next_page_token().empty()) break;
+    req.set_page_token(resp->next_page_token());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"n0", "n1", "n2", "n3", "n4"}));
+}
+
+TEST_F(ControllerTest, RetentionForgetsOldFinishedJobs) {
+  retention_.max_age = absl::Hours(1);
+  Open();
+  std::string old_job = Submit(1, 0);
+  ASSERT_TRUE(CancelSync(old_job).ok());
+  clock_.Advance(absl::Hours(2));
+  std::string young = Submit(1, 0);
+  ASSERT_TRUE(CancelSync(young).ok());
+  std::string running = Submit(1, 0);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(old_job).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(controller_->GetJob(young).ok());
+  EXPECT_TRUE(controller_->GetJob(running).ok());
+  Open();  // gone from the database too
+  EXPECT_EQ(controller_->GetJob(old_job).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(controller_->GetJob(young).ok());
+}
+
+}  // namespace
+}  // namespace xl::control
