@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -37,6 +39,47 @@ std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
                                    grpc::InsecureChannelCredentials(), args);
 }
 
+// absl::Mutex's timed waits follow the wall clock, which may step, and an
+// injected clock moves on its own: the lease thread looks again at least this
+// often.
+constexpr absl::Duration kLeaseCheckPeriod = absl::Milliseconds(100);
+
+// The heartbeat interval for a RegisterAck: ours, or the scheduler's when
+// shorter, and short enough that a lost heartbeat or two cannot cost the
+// lease.
+absl::Duration HeartbeatInterval(absl::Duration ours,
+                                 const v1::RegisterAck& ack) {
+  absl::Duration interval = ours;
+  const absl::Duration asked = FromProto(ack.heartbeat_interval());
+  if (asked > absl::ZeroDuration()) interval = std::min(interval, asked);
+  const absl::Duration lease = FromProto(ack.lease());
+  if (lease > absl::ZeroDuration()) interval = std::min(interval, lease / 3);
+  return interval;
+}
+
+// "stopping 3 ranks of jobs 4, 7 so that the scheduler can run them
+// elsewhere", from the ranks that still run.
+std::string DescribeStop(const std::vector<v1::RankStatus>& snapshot) {
+  int ranks = 0;
+  std::vector<std::string> jobs;
+  for (const v1::RankStatus& status : snapshot) {
+    const bool runs =
+        status.state() == v1::RANK_RUNNING ||
+        (status.state() == v1::RANK_EXITED && status.processes_remaining());
+    if (!runs) continue;
+    ++ranks;
+    if (std::find(jobs.begin(), jobs.end(), status.job_id()) == jobs.end()) {
+      jobs.push_back(status.job_id());
+    }
+  }
+  if (ranks == 0) return "no rank runs here";
+  return absl::StrCat("stopping ", ranks, ranks == 1 ? " rank" : " ranks",
+                      jobs.size() == 1 ? " of job " : " of jobs ",
+                      absl::StrJoin(jobs, ", "),
+                      " so that the scheduler can run ",
+                      ranks == 1 ? "it" : "them", " elsewhere");
+}
+
 std::string Describe(const v1::StartRanks& start) {
   std::vector<int> ranks;
   for (const v1::RankLaunch& r : start.ranks()) ranks.push_back(r.rank());
@@ -61,6 +104,7 @@ void Session::Start(RankController* controller) {
   started_ = true;
   controller_ = controller;
   thread_ = std::thread([this] { Run(); });
+  lease_thread_ = std::thread([this] { WatchLease(); });
 }
 
 void Session::Shutdown(absl::Duration flush_timeout) {
@@ -89,6 +133,7 @@ void Session::Shutdown(absl::Duration flush_timeout) {
     if (context_ != nullptr) context_->TryCancel();
   }
   if (thread_.joinable()) thread_.join();
+  if (lease_thread_.joinable()) lease_thread_.join();
 }
 
 void Session::OnRankStatus(const v1::RankStatus& status) {
@@ -124,6 +169,11 @@ int Session::registrations() const {
 std::string Session::node() const {
   absl::MutexLock lock(&mu_);
   return node_;
+}
+
+int Session::lease_expirations() const {
+  absl::MutexLock lock(&mu_);
+  return lease_expirations_;
 }
 
 void Session::Run() {
@@ -166,6 +216,10 @@ absl::Status Session::RunConnection(bool* registered) {
     context_ = &context;
     acked_ = false;
     connection_done_ = false;
+    ++connection_serial_;
+    lease_ended_connection_ = false;
+    heartbeat_seq_ = 0;
+    lease_.NewConnection();
     // The snapshot below carries every status queued so far.
     outbox_.DropStatuses();
   }
@@ -179,9 +233,13 @@ absl::Status Session::RunConnection(bool* registered) {
     *reg->add_ranks() = status;
   }
   reg->set_agent_version(options_.agent_version);
+  reg->set_shared_env(true);
+  reg->set_honours_lease(true);
 
   std::thread writer;
   absl::Status result;
+  // Read before the write: an early reading only makes the lease shorter.
+  const absl::Time register_sent = options_.clock->MonotonicNow();
   if (stream->Write(hello)) {
     writer = std::thread([&] { WriterLoop(stream.get(), &context); });
     v1::SchedulerMessage message;
@@ -193,11 +251,14 @@ absl::Status Session::RunConnection(bool* registered) {
       context.TryCancel();
     } else {
       const v1::RegisterAck& ack = message.register_ack();
-      absl::Duration interval = options_.heartbeat_interval;
-      absl::Duration asked = FromProto(ack.heartbeat_interval());
-      if (asked > absl::ZeroDuration()) interval = std::min(interval, asked);
+      const absl::Duration interval =
+          HeartbeatInterval(options_.heartbeat_interval, ack);
+      // Unset (a scheduler from before leases): no lease, never expires.
+      const absl::Duration lease =
+          ack.has_lease() ? FromProto(ack.lease()) : absl::ZeroDuration();
       {
         absl::MutexLock lock(&mu_);
+        lease_.Grant(register_sent, lease);
         acked_ = true;
         log_acks_ = ack.log_acks();
         heartbeat_interval_ = interval;
@@ -206,10 +267,13 @@ absl::Status Session::RunConnection(bool* registered) {
         logged_drop_ = false;
       }
       *registered = true;
-      LogLine(absl::StrCat("registered with the scheduler at ",
-                           options_.scheduler, " as node ", ack.node(),
-                           " (heartbeat every ", absl::FormatDuration(interval),
-                           ")"));
+      LogLine(absl::StrCat(
+          "registered with the scheduler at ", options_.scheduler, " as node ",
+          ack.node(), " (heartbeat every ", absl::FormatDuration(interval),
+          lease > absl::ZeroDuration()
+              ? absl::StrCat("; lease ", absl::FormatDuration(lease))
+              : std::string("; no lease"),
+          ")"));
       while (stream->Read(&message)) Dispatch(message);
       result = absl::UnavailableError("the stream ended");
     }
@@ -240,6 +304,10 @@ absl::Status Session::RunConnection(bool* registered) {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
     if (shutdown_ || closing_) return absl::OkStatus();
+    if (lease_ended_connection_) {
+      return absl::DeadlineExceededError(
+          "ended by the agent: the lease expired");
+    }
   }
   if (!finish.ok()) return FromGrpcStatus(finish);
   return result;
@@ -285,7 +353,8 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
     v1::AgentMessage message;
     const absl::Time now = absl::Now();
     if (now >= next_heartbeat) {
-      message.mutable_heartbeat();
+      message.mutable_heartbeat()->set_seq(++heartbeat_seq_);
+      lease_.HeartbeatSent(heartbeat_seq_, options_.clock->MonotonicNow());
       next_heartbeat = now + heartbeat_interval_;
     } else if (!can_send() || !outbox_.Pop(&message)) {
       continue;
@@ -337,12 +406,17 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
       }
       break;
     }
-    case v1::SchedulerMessage::kRegisterAck: {
-      absl::Duration asked =
-          FromProto(message.register_ack().heartbeat_interval());
+    case v1::SchedulerMessage::kHeartbeatAck: {
       absl::MutexLock lock(&mu_);
-      if (asked > absl::ZeroDuration()) {
-        heartbeat_interval_ = std::min(options_.heartbeat_interval, asked);
+      lease_.HeartbeatAcked(message.heartbeat_ack().seq());
+      break;
+    }
+    case v1::SchedulerMessage::kRegisterAck: {
+      const v1::RegisterAck& ack = message.register_ack();
+      absl::MutexLock lock(&mu_);
+      if (ack.has_heartbeat_interval() || ack.has_lease()) {
+        heartbeat_interval_ =
+            HeartbeatInterval(options_.heartbeat_interval, ack);
       }
       break;
     }
@@ -350,6 +424,56 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
       LogLine(
           "ignoring an unknown message from the scheduler (a newer "
           "scheduler?)");
+  }
+}
+
+void Session::WatchLease() {
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
+    const absl::Time now = options_.clock->MonotonicNow();
+    if (lease_.ExpiredAt(now)) {
+      ExpireLease(now);
+      continue;
+    }
+    // Wakes early when a lease is granted (its end moves in from infinity).
+    const absl::Time until = lease_.valid_until();
+    auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || lease_.valid_until() < until;
+    };
+    if (!lease_.held()) {
+      mu_.Await(absl::Condition(&woken));
+    } else {
+      mu_.AwaitWithTimeout(absl::Condition(&woken),
+                           std::min(until - now, kLeaseCheckPeriod));
+    }
+  }
+}
+
+void Session::ExpireLease(absl::Time now) {
+  const absl::Duration silent = now - lease_.renewed_from();
+  const absl::Duration lease = lease_.duration();
+  const uint64_t serial = connection_serial_;
+  lease_.Release();
+  ++lease_expirations_;
+  const std::string silent_for =
+      absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100)));
+  const std::string reason =
+      absl::StrCat("the agent's lease expired (no heartbeat acknowledged for ",
+                   silent_for, ", lease ", absl::FormatDuration(lease), ")");
+  mu_.Unlock();
+  // By now the scheduler counts this node lost and its ranks' attempts as
+  // ended: none may go on running here. The exits go up as usual.
+  const std::string what = DescribeStop(controller_->Snapshot());
+  controller_->StopAllRanks(reason);
+  LogLine(absl::StrCat("lease expired: no heartbeat acknowledged for ",
+                       silent_for, " (lease ", absl::FormatDuration(lease),
+                       "); ", what, "; registering again"));
+  mu_.Lock();
+  // A stream that carries no acknowledgements is of no use; the next
+  // Register tells the scheduler what ran and what ended.
+  if (connection_serial_ == serial && context_ != nullptr) {
+    lease_ended_connection_ = true;
+    context_->TryCancel();
   }
 }
 

@@ -3,10 +3,14 @@
 // every known rank), heartbeats, rank statuses and logs. Down: StartRanks and
 // StopJob, handed to the RankController. Reconnects with exponential backoff
 // and jitter whenever the stream breaks; rank statuses survive a disconnect
-// through the next Register, logs through a bounded buffer.
+// through the next Register, logs through a bounded buffer. Holds the lease
+// the scheduler grants: when no heartbeat is acknowledged in time, every rank
+// is stopped (so that the scheduler can run it elsewhere) and the session
+// registers again.
 //
 // Threading: Start() runs one session thread (connect, read the stream,
-// dispatch) and, per connection, one writer thread (the only one that writes,
+// dispatch), one lease thread (which watches the lease whatever the stream
+// does) and, per connection, one writer thread (the only one that writes,
 // so one write is in flight). The RankEventSink methods queue and return;
 // they are safe from any thread. Shutdown() is safe from any thread but the
 // session's own.
@@ -25,8 +29,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/lease.h"
 #include "agent/outbox.h"
 #include "agent/supervisor.h"
+#include "common/clock.h"
 #include "xl/v1/agent.grpc.pb.h"
 #include "xl/v1/node.pb.h"
 
@@ -52,6 +58,8 @@ struct SessionOptions {
   // breaks the stream even when nothing is written.
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // The lease is measured on its MonotonicNow().
+  Clock* clock = RealClock::Get();
 };
 
 class Session : public RankEventSink {
@@ -81,6 +89,8 @@ class Session : public RankEventSink {
   int registrations() const;
   // The node name the scheduler acknowledged last.
   std::string node() const;
+  // Times the lease ran out (and every rank was stopped).
+  int lease_expirations() const;
 
  private:
   using Stream =
@@ -92,12 +102,17 @@ class Session : public RankEventSink {
   absl::Status RunConnection(bool* registered);
   void WriterLoop(Stream* stream, grpc::ClientContext* context);
   void Dispatch(const v1::SchedulerMessage& message);
+  // The lease thread: stops every rank when the lease runs out.
+  void WatchLease();
+  // Lock held on entry and exit; released while the controller is called.
+  void ExpireLease(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
   RankController* controller_ = nullptr;
   std::thread thread_;
+  std::thread lease_thread_;
 
   mutable absl::Mutex mu_;
   Outbox outbox_ ABSL_GUARDED_BY(mu_);
@@ -122,6 +137,15 @@ class Session : public RankEventSink {
   uint64_t next_log_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Shutdown() began: no reconnect; the writer half-closes the stream.
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // Held across connections: a broken stream does not stop the clock.
+  Lease lease_ ABSL_GUARDED_BY(mu_);
+  // Heartbeat.seq of the last heartbeat written on this connection.
+  uint64_t heartbeat_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Counts connections, so that an expiry ends only the one it saw.
+  uint64_t connection_serial_ ABSL_GUARDED_BY(mu_) = 0;
+  // The lease thread ended the current connection.
+  bool lease_ended_connection_ ABSL_GUARDED_BY(mu_) = false;
+  int lease_expirations_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace xl::agent

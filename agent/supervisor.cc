@@ -48,6 +48,9 @@ struct Supervisor::Process {
   bool sigkill_sent = false;
   absl::Time kill_deadline = absl::InfiniteFuture();
   absl::Duration grace;
+  // The RANK_EXITED status sent at the leader's exit, sent again without
+  // processes_remaining once the group is gone.
+  v1::RankStatus exit_status;
   Output out;
   Output err;
   // XL_METRICS_FD: one TrainMetrics JSON object per line.
@@ -55,10 +58,11 @@ struct Supervisor::Process {
 };
 
 struct Supervisor::Command {
-  enum Kind { kStart, kStop, kStopAll } kind = kStart;
+  enum Kind { kStart, kStop, kStopRanks, kStopAll } kind = kStart;
   v1::StartRanks start;
   v1::StopJob stop;
   absl::Duration grace;
+  std::string reason;  // kStopRanks
 };
 
 namespace {
@@ -268,6 +272,13 @@ void Supervisor::StopJob(const v1::StopJob& request) {
   Enqueue(std::move(c));
 }
 
+void Supervisor::StopAllRanks(const std::string& reason) {
+  Command c;
+  c.kind = Command::kStopRanks;
+  c.reason = reason;
+  Enqueue(std::move(c));
+}
+
 absl::Status Supervisor::StopAll(absl::Duration grace) {
   if (!started_) return absl::OkStatus();
   int ticket;
@@ -306,8 +317,11 @@ void Supervisor::SetStatus(const v1::RankStatus& status) {
     StatusEntry& entry =
         statuses_[RankKey(status.job_id(), status.attempt(), status.rank())];
     entry.status = status;
-    entry.end_time = status.state() == v1::RANK_RUNNING ? absl::InfiniteFuture()
-                                                        : options_.clock->Now();
+    // Retention starts once nothing of the rank runs any more.
+    entry.end_time =
+        status.state() == v1::RANK_RUNNING || status.processes_remaining()
+            ? absl::InfiniteFuture()
+            : options_.clock->Now();
   }
   sink_->OnRankStatus(status);
 }
@@ -404,35 +418,40 @@ void Supervisor::HandleCommand(Command& command) {
       HandleStop(command.stop.job_id(), command.stop.attempt(), grace,
                  /*all=*/false);
       // Deferred starts of the stopped attempts never run.
-      for (auto it = deferred_.begin(); it != deferred_.end();) {
-        if (it->request.job_id() == command.stop.job_id() &&
-            it->request.attempt() <= command.stop.attempt()) {
-          for (const v1::RankLaunch& launch : it->request.ranks()) {
-            FailToStart(it->request, launch.rank(),
-                        absl::StrCat("stopped before it started: ",
-                                     command.stop.reason()));
-          }
-          it = deferred_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      DropDeferred(
+          command.stop.job_id(), command.stop.attempt(), /*all=*/false,
+          absl::StrCat("stopped before it started: ", command.stop.reason()));
       break;
     }
+    case Command::kStopRanks:
+      HandleStop("", 0, std::nullopt, /*all=*/true);
+      DropDeferred("", 0, /*all=*/true,
+                   absl::StrCat("stopped before it started: ", command.reason));
+      break;
     case Command::kStopAll: {
       refuse_starts_ = true;
       HandleStop("", 0, command.grace, /*all=*/true);
-      for (Deferred& d : deferred_) {
-        for (const v1::RankLaunch& launch : d.request.ranks()) {
-          FailToStart(d.request, launch.rank(), "the agent is shutting down");
-        }
-      }
-      deferred_.clear();
+      DropDeferred("", 0, /*all=*/true, "the agent is shutting down");
       // Published with idle_ in UpdateLiveness(), so StopAll() never sees
       // this count with a stale idle_.
       ++stop_all_handled_;
       break;
     }
+  }
+}
+
+void Supervisor::DropDeferred(const std::string& job_id, int attempt, bool all,
+                              const std::string& message) {
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    if (!all &&
+        (it->request.job_id() != job_id || it->request.attempt() > attempt)) {
+      ++it;
+      continue;
+    }
+    for (const v1::RankLaunch& launch : it->request.ranks()) {
+      FailToStart(it->request, launch.rank(), message);
+    }
+    it = deferred_.erase(it);
   }
 }
 
@@ -521,8 +540,10 @@ void Supervisor::Launch(const v1::StartRanks& request,
     }
   }
 
-  std::map<std::string, std::string> env(launch.env().begin(),
-                                         launch.env().end());
+  // The job's shared part first; the rank's own entries win.
+  std::map<std::string, std::string> env(request.env().begin(),
+                                         request.env().end());
+  for (const auto& [name, value] : launch.env()) env[name] = value;
   if (env.find("XL_CHECKPOINT_DIR") == env.end()) {
     std::string checkpoints =
         absl::StrCat(options_.scratch_dir, "/checkpoints/", job_id);
@@ -699,7 +720,8 @@ void Supervisor::Launch(const v1::StartRanks& request,
 }
 
 void Supervisor::HandleStop(const std::string& job_id, int attempt,
-                            absl::Duration grace, bool all) {
+                            std::optional<absl::Duration> grace_or_own,
+                            bool all) {
   const absl::Time now = options_.clock->Now();
   for (auto& [key, process] : processes_) {
     if (!all && (std::get<0>(key) != job_id || std::get<1>(key) > attempt)) {
@@ -707,6 +729,7 @@ void Supervisor::HandleStop(const std::string& job_id, int attempt,
     }
     if (!process->leader_alive && !process->group_alive) continue;
     if (process->sigkill_sent) continue;
+    const absl::Duration grace = grace_or_own.value_or(process->grace);
     if (grace <= absl::ZeroDuration()) {
       ::kill(-process->pid, SIGKILL);
       process->sigkill_sent = true;
@@ -863,15 +886,25 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
     status.set_message(
         absl::StrCat("exited with code ", WEXITSTATUS(wait_status)));
   }
+  // The job's outcome need not wait for the rest of the group; the
+  // resources do (OnGroupGone says when).
+  process.group_alive = GroupAlive(process.pid);
+  status.set_processes_remaining(process.group_alive);
+  process.exit_status = status;
   SetStatus(status);
 
-  process.group_alive = GroupAlive(process.pid);
   if (process.group_alive && !process.stopping) {
     // A rank's processes live as long as the rank: stop what it left.
     ::kill(-process.pid, SIGTERM);
     process.stopping = true;
     process.kill_deadline = options_.clock->Now() + process.grace;
   }
+}
+
+void Supervisor::OnGroupGone(Process& process) {
+  v1::RankStatus status = process.exit_status;
+  status.set_processes_remaining(false);
+  SetStatus(status);
 }
 
 void Supervisor::RunTimers() {
@@ -890,8 +923,10 @@ void Supervisor::RunTimers() {
         FlushPartial(*process, *output);
       }
     }
+    bool group_gone_now = false;
     if (!process->leader_alive && process->group_alive) {
       process->group_alive = GroupAlive(process->pid);
+      group_gone_now = !process->group_alive;
     }
     if (!process->leader_alive && !process->group_alive) {
       // No writer is left in the group; a process that escaped it with
@@ -903,6 +938,9 @@ void Supervisor::RunTimers() {
         }
       }
     }
+    // After the leftovers' last output, as the first status came after the
+    // leader's.
+    if (group_gone_now) OnGroupGone(*process);
   }
   for (auto it = processes_.begin(); it != processes_.end();) {
     const Process& p = *it->second;

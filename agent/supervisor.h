@@ -6,8 +6,8 @@
 // children and fires the SIGTERM->SIGKILL timers. Forking only there matters:
 // PR_SET_PDEATHSIG(SIGKILL) in a child is tied to the *thread* that forked
 // it, so the ranks die with the supervisor thread and never with a short-lived
-// gRPC thread. StartRanks/StopJob/StopAll/Snapshot are safe from any thread;
-// they queue a command and wake the loop. The sink is called on the
+// gRPC thread. StartRanks/StopJob/StopAllRanks/StopAll/Snapshot are safe from
+// any thread; they queue a command and wake the loop. The sink is called on the
 // supervisor thread only, never with an internal lock held.
 //
 // Only one Supervisor may run in a process at a time: it reaps every child of
@@ -22,6 +22,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -45,6 +46,9 @@ class RankEventSink {
   virtual ~RankEventSink() = default;
   // A rank started (RANK_RUNNING with its pid), exited (RANK_EXITED) or could
   // not be started (RANK_FAILED_TO_START with a message saying what to fix).
+  // A rank whose leader exited while other processes of its group still ran
+  // is reported twice: RANK_EXITED with processes_remaining at the leader's
+  // exit, then the same status without it once the group is gone.
   virtual void OnRankStatus(const v1::RankStatus& status) = 0;
   // A piece of a rank's stdout or stderr; within one (rank, stream) chunks
   // arrive in order.
@@ -61,6 +65,10 @@ class RankController {
   virtual ~RankController() = default;
   virtual void StartRanks(const v1::StartRanks& request) = 0;
   virtual void StopJob(const v1::StopJob& request) = 0;
+  // Stops every rank of every job as StopJob does, each with the grace of
+  // its own job, and drops starts still waiting for an older attempt to end
+  // (RANK_FAILED_TO_START with `reason`). Later StartRanks run as usual.
+  virtual void StopAllRanks(const std::string& reason) = 0;
   // The status of every rank known: running ones and those that exited in the
   // retention window.
   virtual std::vector<v1::RankStatus> Snapshot() const = 0;
@@ -108,6 +116,9 @@ class Supervisor : public RankController {
   // events). Running ranks of older attempts of the job are SIGKILLed first,
   // and the new ones start once they are gone. A (job, attempt, rank) the
   // supervisor already knows is not started again; its status is re-sent.
+  // A rank's environment is request.env with the rank's own env over it,
+  // plus XL_CHECKPOINT_DIR and XL_METRICS_FD, and PATH, HOME, LANG and TMPDIR
+  // from the agent unless given.
   void StartRanks(const v1::StartRanks& request) override;
 
   // Sends SIGTERM to the process group of every rank of the job whose attempt
@@ -115,11 +126,16 @@ class Supervisor : public RankController {
   // when unset). Unknown jobs are ignored.
   void StopJob(const v1::StopJob& request) override;
 
+  // Returns at once; the exits come as events. Used when the lease runs out.
+  void StopAllRanks(const std::string& reason) override;
+
+  // The latest status of each rank (RANK_EXITED keeps processes_remaining
+  // while its group lives).
   std::vector<v1::RankStatus> Snapshot() const override;
 
   // Stops every rank as StopJob does, refuses later StartRanks, and blocks
-  // until no process of any rank remains. DEADLINE_EXCEEDED when some are
-  // still there at grace + 5 s (processes stuck in the kernel).
+  // until no process of any rank remains (agent shutdown). DEADLINE_EXCEEDED
+  // when some are still there at grace + 5 s (processes stuck in the kernel).
   absl::Status StopAll(absl::Duration grace);
 
  private:
@@ -140,8 +156,13 @@ class Supervisor : public RankController {
   // Starts the ranks of `request` unless an older attempt is still alive.
   bool TryStart(const v1::StartRanks& request, bool force);
   void Launch(const v1::StartRanks& request, const v1::RankLaunch& launch);
-  void HandleStop(const std::string& job_id, int attempt, absl::Duration grace,
-                  bool all);
+  // `grace` unset: each rank's own (its StartRanks' grace_period).
+  void HandleStop(const std::string& job_id, int attempt,
+                  std::optional<absl::Duration> grace, bool all);
+  // Fails the deferred starts of `job_id` attempts <= `attempt` (every one
+  // when `all`) with `message`.
+  void DropDeferred(const std::string& job_id, int attempt, bool all,
+                    const std::string& message);
   void ReadOutput(Process& process, Output& output);
   void AppendOutput(Process& process, Output& output, const char* data,
                     size_t size);
@@ -152,6 +173,8 @@ class Supervisor : public RankController {
   void CloseOutput(Process& process, Output& output);
   void Reap();
   void OnLeaderExit(Process& process, int wait_status);
+  // The last process of an exited rank's group is gone.
+  void OnGroupGone(Process& process);
   void RunTimers();
   absl::Duration NextTimeout();
   void SetStatus(const v1::RankStatus& status);

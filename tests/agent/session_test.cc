@@ -5,14 +5,19 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/lease.h"
 #include "agent/outbox.h"
+#include "agent/supervisor.h"
 #include "common/duration.h"
 #include "xl/v1/agent.grpc.pb.h"
 
@@ -24,8 +29,9 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kWait = absl::Seconds(4);
 
 // A scheduler's AgentService that acknowledges registrations and (unless
-// told not to) log chunks, records every message, and lets the test send
-// commands down the current stream.
+// told not to) log chunks and heartbeats, records every message, and lets
+// the test send commands down the current stream. It grants a lease when
+// given one.
 class FakeScheduler final : public v1::AgentService::Service {
  public:
   using Stream =
@@ -40,14 +46,19 @@ class FakeScheduler final : public v1::AgentService::Service {
     }
     v1::SchedulerMessage ack;
     bool log_acks = true;
+    absl::Duration lease;
     {
       absl::MutexLock lock(&mu_);
       log_acks = log_acks_capability_;
+      lease = lease_;
     }
     ack.mutable_register_ack()->set_node(message.register_().name());
     ack.mutable_register_ack()->set_log_acks(log_acks);
     *ack.mutable_register_ack()->mutable_heartbeat_interval() =
         ToProtoDuration(absl::Milliseconds(50));
+    if (lease > absl::ZeroDuration()) {
+      *ack.mutable_register_ack()->mutable_lease() = ToProtoDuration(lease);
+    }
     {
       absl::MutexLock lock(&mu_);
       stream->Write(ack);
@@ -61,6 +72,12 @@ class FakeScheduler final : public v1::AgentService::Service {
         v1::SchedulerMessage log_ack;
         log_ack.mutable_log_ack()->set_seq(message.seq());
         stream->Write(log_ack);
+      }
+      if (message.has_heartbeat() && ack_heartbeats_) {
+        v1::SchedulerMessage heartbeat_ack;
+        heartbeat_ack.mutable_heartbeat_ack()->set_seq(
+            message.heartbeat().seq());
+        stream->Write(heartbeat_ack);
       }
     }
     absl::MutexLock lock(&mu_);
@@ -83,6 +100,19 @@ class FakeScheduler final : public v1::AgentService::Service {
   void set_log_acks_capability(bool on) {
     absl::MutexLock lock(&mu_);
     log_acks_capability_ = on;
+  }
+
+  // The lease RegisterAck grants; zero: none (a scheduler from before
+  // leases).
+  void set_lease(absl::Duration lease) {
+    absl::MutexLock lock(&mu_);
+    lease_ = lease;
+  }
+  // Whether heartbeats are acknowledged (false: the scheduler is stuck, or
+  // its answers are lost, while the stream stays open).
+  void set_ack_heartbeats(bool ack) {
+    absl::MutexLock lock(&mu_);
+    ack_heartbeats_ = ack;
   }
 
   // Breaks the current stream, as a scheduler restart would.
@@ -119,6 +149,8 @@ class FakeScheduler final : public v1::AgentService::Service {
   grpc::ServerContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool ack_logs_ ABSL_GUARDED_BY(mu_) = true;
   bool log_acks_capability_ ABSL_GUARDED_BY(mu_) = true;
+  bool ack_heartbeats_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_);
 };
 
 // A gRPC server around a FakeScheduler; `port` 0 picks a free port.
@@ -149,6 +181,10 @@ class FakeController : public RankController {
     absl::MutexLock lock(&mu_);
     stops_.push_back(request);
   }
+  void StopAllRanks(const std::string& reason) override {
+    absl::MutexLock lock(&mu_);
+    stop_all_reasons_.push_back(reason);
+  }
   std::vector<v1::RankStatus> Snapshot() const override {
     absl::MutexLock lock(&mu_);
     return snapshot_;
@@ -178,6 +214,7 @@ class FakeController : public RankController {
   std::vector<v1::StartRanks> starts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StopJob> stops_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RankStatus> snapshot_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> stop_all_reasons_ ABSL_GUARDED_BY(mu_);
 };
 
 v1::RankStatus Status(const std::string& job, int rank, v1::RankState state) {
@@ -244,8 +281,17 @@ TEST(SessionTest, RegistersWithInventoryAndSnapshotThenHeartbeats) {
   EXPECT_EQ(reg.inventory().hostname(), "node-a");
   EXPECT_EQ(reg.inventory().cpus(), 16);
   EXPECT_EQ(reg.agent_version(), "test");
+  EXPECT_TRUE(reg.shared_env());
+  EXPECT_TRUE(reg.honours_lease());
   ASSERT_EQ(reg.ranks_size(), 1);
   EXPECT_EQ(reg.ranks(0).job_id(), "j1");
+  // Heartbeats are numbered from 1 on each connection.
+  std::vector<uint64_t> seqs;
+  for (const auto& m : ms) {
+    if (m.has_heartbeat()) seqs.push_back(m.heartbeat().seq());
+  }
+  EXPECT_EQ(std::vector<uint64_t>(seqs.begin(), seqs.begin() + 3),
+            (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_TRUE(session.connected());
   EXPECT_EQ(session.node(), "node-a");
   EXPECT_EQ(session.registrations(), 1);
@@ -514,6 +560,254 @@ TEST(SessionTest, RunsARankEndToEnd) {
                                             "RANK_EXITED rank 7 code 4"}));
   EXPECT_TRUE(supervisor.StopAll(absl::Seconds(1)).ok());
   session.Shutdown();
+}
+
+// A session and a real supervisor wired together. The session is shut down
+// before the supervisor goes: its threads call into the supervisor.
+struct Agent {
+  Agent(int port, const std::string& dir)
+      : session(Options(port)), supervisor(SupervisorFor(dir), &session) {
+    EXPECT_TRUE(supervisor.Start().ok());
+    session.Start(&supervisor);
+  }
+  ~Agent() { session.Shutdown(absl::ZeroDuration()); }
+
+  static SupervisorOptions SupervisorFor(const std::string& dir) {
+    SupervisorOptions options;
+    options.work_dir = dir;
+    options.scratch_dir = dir + "/scratch";
+    return options;
+  }
+
+  Session session;
+  Supervisor supervisor;
+};
+
+constexpr absl::Duration kLease = absl::Seconds(1);
+constexpr absl::Duration kGrace = absl::Milliseconds(300);
+
+v1::SchedulerMessage StartSleep(const std::string& job) {
+  v1::SchedulerMessage message;
+  v1::StartRanks* start = message.mutable_start_ranks();
+  start->set_job_id(job);
+  start->set_attempt(1);
+  start->add_argv("/bin/sleep");
+  start->add_argv("60");
+  *start->mutable_grace_period() = ToProtoDuration(kGrace);
+  start->add_ranks()->set_rank(0);
+  return message;
+}
+
+// The pid of `job`'s rank 0 once a RANK_RUNNING status says it; 0 before.
+int RunningPid(const std::vector<v1::AgentMessage>& ms,
+               const std::string& job) {
+  for (const auto& m : ms) {
+    if (m.has_rank_status() && m.rank_status().job_id() == job &&
+        m.rank_status().state() == v1::RANK_RUNNING) {
+      return m.rank_status().pid();
+    }
+  }
+  return 0;
+}
+
+// What the latest Register after the first reports of `job`'s rank 0; state
+// UNSPECIFIED when none reports it.
+v1::RankStatus LaterRegisterReport(const std::vector<v1::AgentMessage>& ms,
+                                   const std::string& job) {
+  v1::RankStatus found;
+  int registers = 0;
+  for (const auto& m : ms) {
+    if (!m.has_register_() || ++registers == 1) continue;
+    for (const v1::RankStatus& r : m.register_().ranks()) {
+      if (r.job_id() == job) found = r;
+    }
+  }
+  return found;
+}
+
+bool GroupGone(int pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+// Polls until the process group is gone; false at the deadline.
+bool WaitGroupGone(int pgid, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    if (GroupGone(pgid)) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return GroupGone(pgid);
+}
+
+// Heartbeats received after the last Register: the current connection has
+// carried (and, when acknowledging, renewed the lease with) this many.
+int HeartbeatsSinceLastRegister(const std::vector<v1::AgentMessage>& ms) {
+  int n = 0;
+  for (const auto& m : ms) {
+    if (m.has_register_()) n = 0;
+    if (m.has_heartbeat()) ++n;
+  }
+  return n;
+}
+
+// The scheduler keeps the stream open but stops acknowledging heartbeats:
+// past the lease the agent stops the rank itself, registers again and
+// reports the exit; a rank started on the new connection, whose heartbeats
+// are acknowledged again, runs on past the lease.
+TEST(SessionLeaseTest, UnacknowledgedHeartbeatsStopTheRanksAtTheLease) {
+  FakeScheduler scheduler;
+  scheduler.set_lease(kLease);
+  scheduler.set_ack_heartbeats(false);
+  Server server(&scheduler);
+  Agent agent(server.port(), ::testing::TempDir() + "/xl-session-lease");
+  ASSERT_TRUE(WaitRegistrations(agent.session, 1));
+  const absl::Time registered = absl::Now();
+  ASSERT_TRUE(scheduler.Send(StartSleep("leased")));
+  int pid = 0;
+  ASSERT_TRUE(scheduler.WaitFor(
+      [&pid](const auto& ms) { return (pid = RunningPid(ms, "leased")) > 0; }));
+  EXPECT_EQ(agent.session.lease_expirations(), 0);
+
+  ASSERT_TRUE(WaitGroupGone(pid, registered + kLease + kGrace + kWait / 4));
+  EXPECT_GE(absl::Now() - registered, kLease - absl::Milliseconds(100));
+  EXPECT_GE(agent.session.lease_expirations(), 1);
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return LaterRegisterReport(ms, "leased").state() == v1::RANK_EXITED;
+  }));
+  EXPECT_EQ(LaterRegisterReport(scheduler.received(), "leased").signal(),
+            SIGTERM);
+
+  // Acknowledged again: a start on a connection past the expiry runs, and
+  // keeps running past the lease.
+  scheduler.set_ack_heartbeats(true);
+  ASSERT_TRUE(scheduler.WaitFor(
+      [](const auto& ms) { return HeartbeatsSinceLastRegister(ms) >= 5; }));
+  const int expirations = agent.session.lease_expirations();
+  ASSERT_TRUE(scheduler.Send(StartSleep("after")));
+  int after = 0;
+  ASSERT_TRUE(scheduler.WaitFor([&after](const auto& ms) {
+    return (after = RunningPid(ms, "after")) > 0;
+  }));
+  absl::SleepFor(kLease * 1.5);  // Nothing to wait for: nothing may happen.
+  EXPECT_FALSE(GroupGone(after));
+  EXPECT_EQ(agent.session.lease_expirations(), expirations);
+  EXPECT_TRUE(agent.supervisor.StopAll(absl::Seconds(1)).ok());
+}
+
+TEST(SessionLeaseTest, AcknowledgedHeartbeatsKeepRanksRunningPastTheLease) {
+  FakeScheduler scheduler;
+  scheduler.set_lease(kLease);
+  Server server(&scheduler);
+  Agent agent(server.port(), ::testing::TempDir() + "/xl-session-renewed");
+  ASSERT_TRUE(WaitRegistrations(agent.session, 1));
+  ASSERT_TRUE(scheduler.Send(StartSleep("renewed")));
+  int pid = 0;
+  ASSERT_TRUE(scheduler.WaitFor([&pid](const auto& ms) {
+    return (pid = RunningPid(ms, "renewed")) > 0;
+  }));
+  absl::SleepFor(kLease * 2.5);
+  EXPECT_FALSE(GroupGone(pid));
+  EXPECT_EQ(agent.session.lease_expirations(), 0);
+  EXPECT_EQ(agent.session.registrations(), 1);
+  EXPECT_TRUE(agent.supervisor.StopAll(absl::Seconds(1)).ok());
+}
+
+// A scheduler from before leases (no lease in RegisterAck, no HeartbeatAck):
+// nothing ever expires.
+TEST(SessionLeaseTest, NoLeaseNeverExpires) {
+  FakeScheduler scheduler;
+  scheduler.set_ack_heartbeats(false);
+  Server server(&scheduler);
+  Agent agent(server.port(), ::testing::TempDir() + "/xl-session-nolease");
+  ASSERT_TRUE(WaitRegistrations(agent.session, 1));
+  ASSERT_TRUE(scheduler.Send(StartSleep("unleased")));
+  int pid = 0;
+  ASSERT_TRUE(scheduler.WaitFor([&pid](const auto& ms) {
+    return (pid = RunningPid(ms, "unleased")) > 0;
+  }));
+  absl::SleepFor(kLease * 2);
+  EXPECT_FALSE(GroupGone(pid));
+  EXPECT_EQ(agent.session.lease_expirations(), 0);
+  EXPECT_EQ(agent.session.registrations(), 1);
+  EXPECT_TRUE(agent.supervisor.StopAll(absl::Seconds(1)).ok());
+}
+
+// The scheduler goes away altogether: the lease runs out while the agent
+// retries with backoff, the rank is stopped then, and the Register that
+// finally gets through reports its end.
+TEST(SessionLeaseTest, LeaseExpiresWhileReconnecting) {
+  FakeScheduler back;  // Outlives both servers.
+  auto scheduler = std::make_unique<FakeScheduler>();
+  scheduler->set_lease(kLease);
+  auto server = std::make_unique<Server>(scheduler.get());
+  const int port = server->port();
+  Agent agent(port, ::testing::TempDir() + "/xl-session-away");
+  ASSERT_TRUE(WaitRegistrations(agent.session, 1));
+  ASSERT_TRUE(scheduler->Send(StartSleep("away")));
+  int pid = 0;
+  ASSERT_TRUE(scheduler->WaitFor(
+      [&pid](const auto& ms) { return (pid = RunningPid(ms, "away")) > 0; }));
+  const absl::Time gone = absl::Now();
+  server.reset();
+  ASSERT_TRUE(WaitGroupGone(pid, gone + kLease + kGrace + kWait / 4));
+  EXPECT_EQ(agent.session.lease_expirations(), 1);
+
+  server = std::make_unique<Server>(&back, port);
+  ASSERT_TRUE(back.WaitFor(
+      [](const auto& ms) { return !ms.empty() && ms[0].has_register_(); }));
+  const v1::Register reg = back.received()[0].register_();
+  ASSERT_EQ(reg.ranks_size(), 1);
+  EXPECT_EQ(reg.ranks(0).state(), v1::RANK_EXITED);
+  EXPECT_EQ(reg.ranks(0).signal(), SIGTERM);
+}
+
+TEST(LeaseTest, NoneUntilGrantedAndNoneWhenGrantedZero) {
+  const absl::Time t0 = absl::UnixEpoch() + absl::Hours(5);
+  Lease lease;
+  EXPECT_FALSE(lease.held());
+  EXPECT_FALSE(lease.ExpiredAt(t0 + absl::Hours(100)));
+  lease.Grant(t0, absl::ZeroDuration());
+  EXPECT_FALSE(lease.held());
+  lease.HeartbeatSent(1, t0);
+  EXPECT_FALSE(lease.HeartbeatAcked(1));
+  EXPECT_FALSE(lease.ExpiredAt(t0 + absl::Hours(100)));
+}
+
+TEST(LeaseTest, RenewedFromTheSendTimeOfTheAcknowledgedHeartbeat) {
+  const absl::Time t0 = absl::UnixEpoch() + absl::Hours(5);
+  Lease lease;
+  lease.Grant(t0, absl::Seconds(10));
+  EXPECT_EQ(lease.valid_until(), t0 + absl::Seconds(10));
+  EXPECT_FALSE(lease.ExpiredAt(t0 + absl::Seconds(10) - absl::Nanoseconds(1)));
+  EXPECT_TRUE(lease.ExpiredAt(t0 + absl::Seconds(10)));
+
+  lease.HeartbeatSent(1, t0 + absl::Seconds(1));
+  lease.HeartbeatSent(2, t0 + absl::Seconds(2));
+  lease.HeartbeatSent(3, t0 + absl::Seconds(3));
+  // Not the time the acknowledgement arrives: the send time.
+  EXPECT_TRUE(lease.HeartbeatAcked(2));
+  EXPECT_EQ(lease.valid_until(), t0 + absl::Seconds(12));
+  EXPECT_EQ(lease.renewed_from(), t0 + absl::Seconds(2));
+  // An earlier heartbeat's late acknowledgement does not move it back.
+  EXPECT_FALSE(lease.HeartbeatAcked(1));
+  EXPECT_FALSE(lease.HeartbeatAcked(7));  // Never sent.
+  EXPECT_EQ(lease.valid_until(), t0 + absl::Seconds(12));
+  EXPECT_TRUE(lease.HeartbeatAcked(3));
+  EXPECT_EQ(lease.valid_until(), t0 + absl::Seconds(13));
+}
+
+TEST(LeaseTest, RunsOnAcrossConnectionsAndEndsWhenReleased) {
+  const absl::Time t0 = absl::UnixEpoch() + absl::Hours(5);
+  Lease lease;
+  lease.Grant(t0, absl::Seconds(10));
+  lease.HeartbeatSent(1, t0 + absl::Seconds(4));
+  lease.NewConnection();
+  // Seq 1 of the new connection is another heartbeat than the one sent.
+  EXPECT_FALSE(lease.HeartbeatAcked(1));
+  EXPECT_TRUE(lease.held());
+  EXPECT_TRUE(lease.ExpiredAt(t0 + absl::Seconds(10)));
+  lease.Grant(t0 + absl::Seconds(9), absl::Seconds(10));
+  EXPECT_EQ(lease.valid_until(), t0 + absl::Seconds(19));
+  lease.Release();
+  EXPECT_FALSE(lease.held());
+  EXPECT_FALSE(lease.ExpiredAt(t0 + absl::Hours(100)));
 }
 
 TEST(OutboxTest, DropsTheOldestLogsPastTheBoundAndSaysSo) {

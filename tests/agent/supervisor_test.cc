@@ -35,11 +35,16 @@ class RecordingSink : public RankEventSink {
     bool is_status;
     v1::RankStatus status;
     v1::LogChunk chunk;
+    absl::Time time = absl::Now();
+    // Statuses: whether the rank's process group existed when it came.
+    bool group_existed = false;
   };
 
   void OnRankStatus(const v1::RankStatus& status) override {
+    const bool group_existed =
+        status.pid() > 0 && (kill(-status.pid(), 0) == 0 || errno == EPERM);
     absl::MutexLock lock(&mu_);
-    events_.push_back({true, status, {}});
+    events_.push_back({true, status, {}, absl::Now(), group_existed});
   }
   void OnLogChunk(v1::LogChunk chunk) override {
     absl::MutexLock lock(&mu_);
@@ -238,6 +243,39 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheGivenOnePlusCheckpointAndPath) {
   EXPECT_TRUE(std::filesystem::is_directory(checkpoints));
 }
 
+// StartRanks.env is every rank's; a rank's own env adds to it and wins.
+TEST_F(SupervisorTest, SharedEnvironmentUnderTheRanksOwn) {
+  v1::StartRanks start = Job("shared", 1, {"env"}, {0, 1});
+  (*start.mutable_env())["ONLY_SHARED"] = "job";
+  (*start.mutable_env())["BOTH"] = "job";
+  (*start.mutable_env())["RANK"] = "shared rank";
+  (*start.mutable_ranks(1)->mutable_env())["BOTH"] = "rank 1";
+  supervisor_->StartRanks(start);
+  for (int rank : {0, 1}) {
+    v1::RankStatus end = sink_.WaitEnd("shared", 1, rank);
+    ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  }
+  auto lines = [this](int rank) {
+    std::set<std::string> got;
+    for (absl::string_view line :
+         absl::StrSplit(sink_.Output("shared", rank, v1::STDOUT), '\n',
+                        absl::SkipEmpty())) {
+      got.insert(std::string(line));
+    }
+    return got;
+  };
+  std::set<std::string> rank0 = lines(0);
+  std::set<std::string> rank1 = lines(1);
+  EXPECT_TRUE(rank0.count("ONLY_SHARED=job"));
+  EXPECT_TRUE(rank0.count("BOTH=job"));
+  EXPECT_TRUE(rank0.count("RANK=0"));
+  EXPECT_FALSE(rank0.count("RANK=shared rank"));
+  EXPECT_TRUE(rank1.count("ONLY_SHARED=job"));
+  EXPECT_TRUE(rank1.count("BOTH=rank 1"));
+  EXPECT_FALSE(rank1.count("BOTH=job"));
+  EXPECT_TRUE(rank1.count("RANK=1"));
+}
+
 TEST_F(SupervisorTest, DefaultWorkingDirectoryIsUnderWorkDir) {
   supervisor_->StartRanks(Job("wd", 2, {"pwd"}));
   v1::RankStatus end = sink_.WaitEnd("wd", 2, 0);
@@ -284,6 +322,14 @@ TEST_F(SupervisorTest, ReportsRunningWithPidThenExitCode) {
   EXPECT_EQ(events[0].status.state(), v1::RANK_RUNNING);
   EXPECT_GT(events[0].status.pid(), 0);
   EXPECT_EQ(events[0].status.pid(), end.pid());
+  // Nothing of the group remained: one exit status, and only one.
+  EXPECT_FALSE(end.processes_remaining());
+  ASSERT_TRUE(supervisor_->StopAll(absl::Seconds(1)).ok());
+  int exits = 0;
+  for (const RecordingSink::Event& e : sink_.events()) {
+    exits += e.is_status && e.status.state() == v1::RANK_EXITED;
+  }
+  EXPECT_EQ(exits, 1);
 }
 
 TEST_F(SupervisorTest, ReportsTheSignalThatEndedARank) {
@@ -396,6 +442,114 @@ TEST_F(SupervisorTest, ChildrenLeftByAnExitedRankAreStopped) {
   v1::RankStatus end = sink_.WaitEnd("left", 1, 0);
   EXPECT_EQ(end.exit_code(), 0);
   EXPECT_TRUE(WaitGroupGone(end.pid()));
+}
+
+// The RANK_EXITED statuses of one rank, in order.
+std::vector<RecordingSink::Event> Exits(
+    const std::vector<RecordingSink::Event>& events, const std::string& job) {
+  std::vector<RecordingSink::Event> exits;
+  for (const RecordingSink::Event& e : events) {
+    if (e.is_status && e.status.job_id() == job &&
+        e.status.state() == v1::RANK_EXITED) {
+      exits.push_back(e);
+    }
+  }
+  return exits;
+}
+
+// The leader exits at once and leaves a child in its group: the exit is
+// reported then (the job's outcome does not wait), with processes_remaining;
+// the supervisor SIGTERMs the child, and once the group is gone the same
+// exit is reported again without it.
+TEST_F(SupervisorTest, ExitWithProcessesLeftIsReportedAgainWhenTheGroupIsGone) {
+  supervisor_->StartRanks(Shell("rest", "sleep 2 & exit 0"));
+  ASSERT_TRUE(sink_.WaitFor([](const std::vector<RecordingSink::Event>& ev) {
+    return Exits(ev, "rest").size() >= 2;
+  }));
+  std::vector<RecordingSink::Event> exits = Exits(sink_.events(), "rest");
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[0].status.processes_remaining());
+  EXPECT_TRUE(exits[0].group_existed);
+  EXPECT_FALSE(exits[1].status.processes_remaining());
+  EXPECT_FALSE(exits[1].group_existed);
+  for (const RecordingSink::Event& e : exits) {
+    EXPECT_EQ(e.status.exit_code(), 0);
+    EXPECT_EQ(e.status.signal(), 0);
+    EXPECT_EQ(e.status.pid(), exits[0].status.pid());
+  }
+  // Well before the child's 2 s: it was stopped, not waited for.
+  EXPECT_LT(exits[1].time - exits[0].time, absl::Seconds(1));
+  std::vector<v1::RankStatus> snapshot = supervisor_->Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].state(), v1::RANK_EXITED);
+  EXPECT_FALSE(snapshot[0].processes_remaining());
+}
+
+// A leftover that ignores SIGTERM holds the rank's resources until its
+// SIGKILL at the job's grace; Snapshot() says so meanwhile.
+TEST_F(SupervisorTest, LeftoverIgnoringSigtermKeepsTheRankUntilItsSigkill) {
+  // The child says "ready" once it ignores SIGTERM; the leader waits for
+  // that on a pipe, then exits 3.
+  v1::StartRanks start =
+      Shell("stuck",
+            "{ (trap '' TERM; echo ready; exec sleep 60 >/dev/null) & } | "
+            "read line; exit 3");
+  const absl::Duration grace = absl::Milliseconds(300);
+  *start.mutable_grace_period() = ToProtoDuration(grace);
+  supervisor_->StartRanks(start);
+  ASSERT_TRUE(sink_.WaitFor([](const std::vector<RecordingSink::Event>& ev) {
+    return Exits(ev, "stuck").size() >= 1;
+  }));
+  std::vector<v1::RankStatus> snapshot = supervisor_->Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].state(), v1::RANK_EXITED);
+  EXPECT_TRUE(snapshot[0].processes_remaining());
+
+  ASSERT_TRUE(sink_.WaitFor([](const std::vector<RecordingSink::Event>& ev) {
+    return Exits(ev, "stuck").size() >= 2;
+  }));
+  std::vector<RecordingSink::Event> exits = Exits(sink_.events(), "stuck");
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[0].status.processes_remaining());
+  EXPECT_TRUE(exits[0].group_existed);
+  EXPECT_FALSE(exits[1].status.processes_remaining());
+  EXPECT_FALSE(exits[1].group_existed);
+  EXPECT_EQ(exits[0].status.exit_code(), 3);
+  EXPECT_EQ(exits[1].status.exit_code(), 3);
+  EXPECT_GE(exits[1].time - exits[0].time, grace - absl::Milliseconds(20));
+  EXPECT_FALSE(supervisor_->Snapshot()[0].processes_remaining());
+}
+
+// StopAllRanks (the lease ran out) returns at once, stops every job with its
+// own grace, and later starts still run.
+TEST_F(SupervisorTest, StopAllRanksUsesEachJobsGraceAndDoesNotBlock) {
+  v1::StartRanks quick =
+      Shell("quick", "trap '' TERM; echo ready; exec sleep 60");
+  *quick.mutable_grace_period() = ToProtoDuration(absl::Milliseconds(200));
+  v1::StartRanks patient =
+      Shell("patient", "trap '' TERM; echo ready; exec sleep 60");
+  *patient.mutable_grace_period() = ToProtoDuration(absl::Milliseconds(1500));
+  supervisor_->StartRanks(quick);
+  supervisor_->StartRanks(patient);
+  ASSERT_TRUE(sink_.WaitOutput("quick", 0, "ready"));
+  ASSERT_TRUE(sink_.WaitOutput("patient", 0, "ready"));
+
+  const absl::Time stop = absl::Now();
+  supervisor_->StopAllRanks("lease expired");
+  EXPECT_LT(absl::Now() - stop, absl::Milliseconds(100));
+  v1::RankStatus quick_end = sink_.WaitEnd("quick", 1, 0);
+  const absl::Time quick_time = absl::Now();
+  v1::RankStatus patient_end = sink_.WaitEnd("patient", 1, 0);
+  const absl::Time patient_time = absl::Now();
+  EXPECT_EQ(quick_end.signal(), SIGKILL);
+  EXPECT_EQ(patient_end.signal(), SIGKILL);
+  EXPECT_GE(quick_time - stop, absl::Milliseconds(200));
+  EXPECT_LT(quick_time - stop, absl::Milliseconds(1200));
+  EXPECT_GE(patient_time - stop, absl::Milliseconds(1500));
+
+  supervisor_->StartRanks(Shell("later", "exit 0"));
+  v1::RankStatus later = sink_.WaitEnd("later", 1, 0);
+  EXPECT_EQ(later.state(), v1::RANK_EXITED) << later.message();
 }
 
 TEST_F(SupervisorTest, StopJobStopsOlderAttemptsOnly) {
