@@ -19,6 +19,25 @@
 namespace xl::client {
 namespace {
 
+// Calls `fetch` with each next_page_token until the server gives none,
+// merging the pages into `*all`. Bounded, so a server that hands back the
+// same token forever cannot keep xlctl looping.
+template <typename Response, typename Fetch>
+grpc::Status AllPages(Fetch fetch, Response* all) {
+  std::string token;
+  for (int pages = 0; pages < 100000; ++pages) {
+    Response page;
+    grpc::Status status = fetch(token, &page);
+    if (!status.ok()) return status;
+    std::string next = page.next_page_token();
+    page.clear_next_page_token();
+    all->MergeFrom(page);
+    if (next.empty() || next == token) break;
+    token = std::move(next);
+  }
+  return grpc::Status::OK;
+}
+
 constexpr char kJobHint[] = "; list your jobs with 'xlctl list'";
 constexpr char kNodeHint[] = "; list the nodes with 'xlctl nodes'";
 
@@ -304,12 +323,16 @@ absl::Status Commands::Top(const TopOptions& options) {
 }
 
 absl::Status Commands::Metrics(const std::string& job_id) {
-  xl::v1::GetJobMetricsRequest request;
-  request.set_job_id(job_id);
   xl::v1::GetJobMetricsResponse response;
-  auto context = connection_->UnaryContext();
-  grpc::Status status =
-      connection_->jobs().GetJobMetrics(context.get(), request, &response);
+  grpc::Status status = AllPages(
+      [&](const std::string& token, xl::v1::GetJobMetricsResponse* page) {
+        xl::v1::GetJobMetricsRequest request;
+        request.set_job_id(job_id);
+        request.set_page_token(token);
+        auto context = connection_->UnaryContext();
+        return connection_->jobs().GetJobMetrics(context.get(), request, page);
+      },
+      &response);
   if (!status.ok()) {
     return connection_->CallError(
         status, absl::StrCat("metrics of job ", job_id), kJobHint);
@@ -511,9 +534,14 @@ absl::Status Commands::Wait(const std::string& job_id,
 
 absl::Status Commands::Nodes() {
   xl::v1::ListNodesResponse response;
-  auto context = connection_->UnaryContext();
-  grpc::Status status = connection_->nodes().ListNodes(
-      context.get(), xl::v1::ListNodesRequest(), &response);
+  grpc::Status status = AllPages(
+      [&](const std::string& token, xl::v1::ListNodesResponse* page) {
+        xl::v1::ListNodesRequest request;
+        request.set_page_token(token);
+        auto context = connection_->UnaryContext();
+        return connection_->nodes().ListNodes(context.get(), request, page);
+      },
+      &response);
   if (!status.ok()) return connection_->CallError(status, "list nodes");
   *out_ << (format_ == OutputFormat::kTable ? NodeTable(response.nodes())
                                             : RenderMessage(response, format_));

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -40,6 +41,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> inventories;
   std::string agent_binary, port_file;
   double hb_interval_s = 1.0, hb_timeout_s = 10.0;
+  std::string retention = "30d";
+  uint64_t retention_log_bytes = opts.controller.retention.max_log_bytes;
   app.add_option("--listen", opts.listen,
                  "HOST:PORT to serve the API on (port 0: any free port)")
       ->capture_default_str();
@@ -69,6 +72,14 @@ int main(int argc, char** argv) {
   app.add_option("--master-port-base", opts.controller.master_port_base,
                  "first port handed out as MASTER_PORT")
       ->capture_default_str();
+  app.add_option("--retention", retention,
+                 "forget finished jobs (with their events, logs and metrics) "
+                 "this long after they end: 90m, 12h, 30d")
+      ->capture_default_str();
+  app.add_option("--retention-log-bytes", retention_log_bytes,
+                 "keep at most this many bytes of finished jobs' output; the "
+                 "oldest go first")
+      ->capture_default_str();
   app.add_option("--port-file", port_file,
                  "write the bound port to this file once listening");
   app.footer(
@@ -78,6 +89,24 @@ int main(int argc, char** argv) {
   if (hb_interval_s <= 0 || hb_timeout_s <= hb_interval_s) {
     return Fail(
         "--heartbeat-timeout must be larger than --heartbeat-interval > 0");
+  }
+  {
+    // absl's durations stop at hours; days are what retention is counted in.
+    absl::Duration age;
+    int64_t days = 0;
+    bool ok = !retention.empty() && retention.back() == 'd'
+                  ? absl::SimpleAtoi(retention.substr(0, retention.size() - 1),
+                                     &days) &&
+                        (age = absl::Hours(24 * days), true)
+                  : absl::ParseDuration(retention, &age);
+    if (!ok || age <= absl::ZeroDuration() || age == absl::InfiniteDuration()) {
+      return Fail(absl::StrCat("--retention: '", retention,
+                               "' is not a positive duration; give one such "
+                               "as 30d, 12h or 90m"));
+    }
+    opts.controller.retention.max_age = age;
+    opts.controller.retention.max_log_bytes =
+        static_cast<int64_t>(retention_log_bytes);
   }
   opts.controller.heartbeat_interval = absl::Seconds(hb_interval_s);
   opts.controller.heartbeat_timeout = absl::Seconds(hb_timeout_s);

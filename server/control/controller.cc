@@ -183,7 +183,13 @@ void Controller::RunLoop() {
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return wake_ || stop_;
       };
-      mu_.AwaitWithTimeout(absl::Condition(&woken), opts_.tick);
+      absl::Duration wait = opts_.tick;
+      if (pass_needed_ && capacity_freed_) {
+        wait = std::min(wait, std::max(absl::ZeroDuration(),
+                                       next_full_pass_mono_ -
+                                           clock_->MonotonicNow()));
+      }
+      mu_.AwaitWithTimeout(absl::Condition(&woken), wait);
       if (stop_) return;
       wake_ = false;
     }
@@ -205,10 +211,15 @@ void Controller::Tick() {
   }
   rendezvous_.Expire();
   // The pass: pure, and without the lock, so heartbeats and API calls go on.
+  const absl::Time started = clock_->MonotonicNow();
   scheduler::Decisions decisions =
       scheduler::Schedule(std::move(snapshot), std::move(queue));
   absl::MutexLock lock(&mu_);
   ApplyDecisions(std::move(decisions), generation);
+  if (full_pass_) {
+    const absl::Time now = clock_->MonotonicNow();
+    next_full_pass_mono_ = now + 2 * (now - started);
+  }
 }
 
 bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
@@ -231,6 +242,9 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
     pass_needed_ = true;
   }
   if (!pass_needed_) return false;
+  // Freed capacity goes to the queue in policy order, so a pass over only
+  // the new jobs would jump it: wait for the next full pass instead.
+  if (capacity_freed_ && now < next_full_pass_mono_) return false;
   pass_needed_ = false;
   BuildSnapshot(snapshot, queue);
   return !queue->empty();
@@ -239,27 +253,20 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
 void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
                                std::vector<scheduler::JobRequest>* queue) {
   const absl::Time now = clock_->MonotonicNow();
-  auto add = [&](int64_t id) {
-    JobRecord* rec = jobs_.Find(id);
+  auto add = [&](const JobRecord* rec) {
     if (rec == nullptr || rec->job.state() != v1::PENDING) return;
     if (rec->eligible_mono > now) {
       next_eligible_mono_ = std::min(next_eligible_mono_, rec->eligible_mono);
       return;
     }
-    scheduler::JobRequest req;
-    req.job_id = rec->job.id();
-    req.priority = rec->job.spec().priority();
-    req.submit_seq = id;
-    req.resources = rec->request;
-    req.queue = rec->job.spec().queue();
-    req.user = rec->job.user();
-    queue->push_back(std::move(req));
+    queue->push_back(rec->as_request);
   };
+  full_pass_ = capacity_freed_;
   if (capacity_freed_) {
     queue->reserve(jobs_.pending().size());
-    for (const auto& [prio, id] : jobs_.pending()) add(id);
+    for (const auto& [key, rec] : jobs_.pending()) add(rec);
   } else {
-    for (int64_t id : new_pending_) add(id);
+    for (int64_t id : new_pending_) add(jobs_.Find(id));
   }
   capacity_freed_ = false;
   new_pending_.clear();
@@ -303,12 +310,12 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
     pass_needed_ = true;
     return;
   }
-  for (auto& [job_id, reason] : decisions.waiting) {
-    JobRecord* rec = jobs_.Find(job_id);
-    if (rec != nullptr && rec->job.state() == v1::PENDING &&
-        rec->job.reason() != *reason) {
-      rec->job.set_reason(*reason);
-    }
+  // Reasons are kept per class (every job of a class waits for the same
+  // thing) and shown when someone looks: a pass touches the jobs it starts,
+  // not the ones it leaves waiting.
+  if (full_pass_) class_reasons_.clear();
+  for (auto& [request, reason] : decisions.class_reasons) {
+    class_reasons_[request.get()] = {request, reason};
   }
   for (auto& [job_id, placement] : decisions.starts) {
     JobRecord* rec = jobs_.Find(job_id);

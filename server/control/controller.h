@@ -269,6 +269,16 @@ class Controller {
   // when no capacity was freed).
   std::vector<int64_t> new_pending_ ABSL_GUARDED_BY(mu_);
   bool capacity_freed_ ABSL_GUARDED_BY(mu_) = true;
+  // The pass being computed covers every pending job (not only new ones).
+  bool full_pass_ ABSL_GUARDED_BY(mu_) = false;
+  // A full pass runs no sooner than this: at least twice its last duration
+  // apart, so passes take at most half of a core however long the queue.
+  absl::Time next_full_pass_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Why the jobs of each class wait, from the last pass that saw them.
+  std::map<const v1::ResourceRequest*,
+           std::pair<std::shared_ptr<const v1::ResourceRequest>,
+                     std::shared_ptr<const std::string>>>
+      class_reasons_ ABSL_GUARDED_BY(mu_);
   bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;
   // The earliest time a fenced pending job may start.
   absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

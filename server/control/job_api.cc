@@ -18,7 +18,11 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
   // What a pending job waits for and a training's latest metrics change
   // without a write; they are shown live.
   if (job.state() == v1::PENDING && rec.job.state() == v1::PENDING) {
-    job.set_reason(rec.job.reason());
+    auto reason = class_reasons_.find(rec.request.get());
+    const bool fenced = rec.eligible_mono > clock_->MonotonicNow();
+    job.set_reason(reason != class_reasons_.end() && !fenced
+                       ? *reason->second.second
+                       : rec.job.reason());
   }
   if (rec.job.has_metrics()) *job.mutable_metrics() = rec.job.metrics();
   return job;

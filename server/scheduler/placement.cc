@@ -1,14 +1,14 @@
 #include "server/scheduler/placement.h"
 
-#include "common/duration.h"
-
 #include <algorithm>
 #include <numeric>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/duration.h"
 #include "server/scheduler/fleet_index.h"
 #include "server/scheduler/node_fit.h"
 #include "server/scheduler/request_class.h"
@@ -245,6 +245,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   Decisions out;
   out.waiting.reserve(queue.size());
   std::vector<RequestClass::Pick> picks;
+  std::unordered_set<const v1::ResourceRequest*> reported;
   for (int32_t i : order) {
     JobRequest& job = queue[i];
     ClassTable::Entry& c = classes.Find(job.resources);
@@ -269,6 +270,9 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       // of it, with this reason.
       c.reason = std::make_shared<const std::string>(c.live->WhyNot());
       c.live.reset();
+    }
+    if (reported.insert(job.resources.get()).second) {
+      out.class_reasons.emplace_back(job.resources, c.reason);
     }
     out.waiting.emplace_back(std::move(job.job_id), c.reason);
   }

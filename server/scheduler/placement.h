@@ -127,6 +127,11 @@ struct Decisions {
   // one class share one string.
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
       waiting;
+  // The same reasons once per request object of a waiting job, for a caller
+  // that keeps reasons by class rather than touching every waiting job.
+  std::vector<std::pair<std::shared_ptr<const v1::ResourceRequest>,
+                        std::shared_ptr<const std::string>>>
+      class_reasons;
 };
 
 // Returns an empty string when `request` fits on `node` now (and fills

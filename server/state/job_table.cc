@@ -36,6 +36,13 @@ JobRecord& JobTable::Insert(JobRecord rec) {
   next_id_ = std::max(next_id_, id + 1);
   if (!rec.job.idempotency_key().empty()) keys_[rec.job.idempotency_key()] = id;
   if (rec.request == nullptr) rec.request = Intern(rec.job.spec().resources());
+  scheduler::JobRequest& req = rec.as_request;
+  req.job_id = rec.job.id();
+  req.priority = rec.job.spec().priority();
+  req.submit_seq = id;
+  req.resources = rec.request;
+  req.queue = rec.job.spec().queue();
+  req.user = rec.job.user();
   JobRecord& stored = jobs_[id] = std::move(rec);
   Index(&stored, v1::JOB_STATE_UNSPECIFIED);
   return stored;
@@ -57,7 +64,7 @@ void JobTable::Index(JobRecord* rec, v1::JobState from) {
   if (from == v1::PENDING) pending_.erase({-prio, rec->id});
   if (IsActive(from)) active_.erase(rec->id);
   const v1::JobState to = rec->job.state();
-  if (to == v1::PENDING) pending_.insert({-prio, rec->id});
+  if (to == v1::PENDING) pending_[{-prio, rec->id}] = rec;
   if (IsActive(to)) active_.insert(rec->id);
 }
 

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/scheduler/placement.h"
 #include "xl/v1/agent.pb.h"
 #include "xl/v1/job.pb.h"
 
@@ -46,6 +47,9 @@ struct JobRecord {
   absl::Time metrics_stored_mono = absl::InfinitePast();
   // Output stored for the job (retention by size).
   int64_t log_bytes = 0;
+  // The job as the scheduling core sees it, built once (what it asks for
+  // never changes); a pass copies it.
+  scheduler::JobRequest as_request;
 };
 
 class JobTable {
@@ -83,8 +87,10 @@ class JobTable {
   int64_t next_id() const { return next_id_; }
   int64_t TakeId() { return next_id_++; }
   std::map<int64_t, JobRecord>& all() { return jobs_; }
-  // PENDING jobs in policy order: (-priority, id).
-  const std::set<std::pair<int, int64_t>>& pending() const { return pending_; }
+  // PENDING jobs in policy order: (-priority, id) -> the job.
+  const std::map<std::pair<int, int64_t>, JobRecord*>& pending() const {
+    return pending_;
+  }
   // SCHEDULED and RUNNING jobs.
   const std::set<int64_t>& active() const { return active_; }
   // Idempotency key -> job id, including submits not yet committed.
@@ -96,7 +102,7 @@ class JobTable {
 
   std::map<int64_t, JobRecord> jobs_;
   int64_t next_id_ = 1;
-  std::set<std::pair<int, int64_t>> pending_;
+  std::map<std::pair<int, int64_t>, JobRecord*> pending_;
   std::set<int64_t> active_;
   std::map<std::string, int64_t> keys_;
   std::map<std::string, std::weak_ptr<const v1::ResourceRequest>> requests_;

@@ -2,10 +2,12 @@
 // real xl-scheduler process (SQLite WAL, synchronous=FULL), side by side in
 // one run with (a) a bare unary RPC on the same server (the gRPC health
 // check) and (b) raw SQLite inserts at the same durability, one transaction
-// each. Then the time from SubmitJob to every rank running, for a 2-node job
-// on two real agents on loopback. Prints one comparison table.
+// each. Then the same submits with N simulated 8-GPU agents attached (half
+// their GPUs busy with long-running jobs) beside the same server's health
+// check. Then the time from SubmitJob to every rank running, for a 2-node job
+// on two real agents on loopback. Prints comparison tables.
 //
-//   submit_bench --build-dir BUILD [--seconds 3]
+//   submit_bench --build-dir BUILD [--seconds 3] [--nodes 1000]
 #include <fcntl.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -27,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/bench/fleet_sim_lib.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 extern char** environ;
@@ -169,28 +172,184 @@ xl::v1::SubmitJobRequest SubmitRequest(int nodes, long n) {
   return req;
 }
 
+// A 1-node job of `gpus` GPUs whose simulated ranks run `runtime_ms`.
+xl::v1::SubmitJobRequest GpuSubmitRequest(const std::string& key, int gpus,
+                                          int64_t runtime_ms) {
+  xl::v1::SubmitJobRequest req;
+  auto* spec = req.mutable_spec();
+  spec->set_name("bench");
+  spec->add_command("/bin/true");
+  spec->mutable_resources()->set_nodes(1);
+  spec->mutable_resources()->set_gpus_per_node(gpus);
+  (*spec->mutable_env())[xl::bench::kRuntimeEnv] = std::to_string(runtime_ms);
+  req.set_idempotency_key(key);
+  return req;
+}
+
+// The health check and durable submits (1 node, 8 GPUs, an hour long) at
+// concurrency 64 on one server.
+struct FleetRow {
+  int nodes = 0;
+  Result ping, submit;
+};
+
+FleetRow MeasureWithNodes(const std::string& target, int nodes, double seconds,
+                          const std::string& tag) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = xl::v1::JobService::NewStub(channel);
+  grpc::GenericStub generic(channel);
+  FleetRow row;
+  row.nodes = nodes;
+  row.ping = ClosedLoop(64, seconds, [&](std::function<void(bool)> done) {
+    auto* ctx = new grpc::ClientContext();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::Slice empty("", 0);
+    auto* req = new grpc::ByteBuffer(&empty, 1);
+    auto* resp = new grpc::ByteBuffer();
+    generic.UnaryCall(ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), req, resp,
+                      [=](grpc::Status s) {
+                        delete ctx; delete req; delete resp;
+                        done(s.ok());
+                      });
+  });
+  std::atomic<long> seq{0};
+  row.submit = ClosedLoop(64, seconds, [&](std::function<void(bool)> done) {
+    auto* ctx = new grpc::ClientContext();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto* req = new xl::v1::SubmitJobRequest(GpuSubmitRequest(
+        "bench-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(seq++), 8,
+        3600 * 1000));
+    auto* resp = new xl::v1::SubmitJobResponse();
+    stub->async()->SubmitJob(ctx, req, resp, [=](grpc::Status s) {
+      delete ctx; delete req; delete resp;
+      done(s.ok());
+    });
+  });
+  return row;
+}
+
+// Submits requests 0..count-1 (`make(n)`), 32 in flight; false when one
+// fails or they take longer than 120 s (the reason is on stderr).
+template <typename MakeRequest>
+bool SubmitAll(xl::v1::JobService::Stub* stub, int count, MakeRequest make) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    int next = 0, answered = 0, failed = 0;
+    bool stop = false;
+  };
+  auto state = std::make_shared<State>();
+  std::function<void()> issue;
+  issue = [=, &issue]() {
+    int n;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->next >= count || state->stop) return;
+      n = state->next++;
+    }
+    auto* ctx = new grpc::ClientContext();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto* req = new xl::v1::SubmitJobRequest(make(n));
+    auto* resp = new xl::v1::SubmitJobResponse();
+    stub->async()->SubmitJob(ctx, req, resp, [=, &issue](grpc::Status s) {
+      delete ctx; delete req; delete resp;
+      // The next call first: once `answered` counts this one, SubmitAll may
+      // return and `issue` go away.
+      issue();
+      std::lock_guard<std::mutex> lock(state->mu);
+      ++state->answered;
+      if (!s.ok() && state->failed++ == 0) {
+        fprintf(stderr, "submit_bench: SubmitJob failed: %s\n", s.error_message().c_str());
+      }
+      state->cv.notify_all();
+    });
+  };
+  for (int i = 0; i < 32; ++i) issue();
+  std::unique_lock<std::mutex> lock(state->mu);
+  bool done = state->cv.wait_for(lock, std::chrono::seconds(120),
+                                 [&] { return state->answered == count; });
+  if (!done) {
+    fprintf(stderr, "submit_bench: %d of %d submits answered in 120 s\n", state->answered,
+            count);
+    // Calls in flight refer to `issue`: wait for them before it goes away.
+    state->stop = true;
+    state->cv.wait(lock, [&] { return state->answered == state->next; });
+  }
+  return done && state->failed == 0;
+}
+
+// Starts a scheduler with `nodes` simulated agents, fills about half their
+// GPUs with hour-long 1-node 4-GPU jobs, then measures. False when the fleet
+// did not register or fill in time (the reason is on stderr).
+bool MeasureFleet(const std::string& scheduler, const std::string& dir, int nodes,
+                  double seconds, FleetRow* row, xl::bench::FleetCounters* counters) {
+  auto sched = xl::bench::SchedulerProcess::Start(scheduler, dir, {});
+  if (!sched.ok()) {
+    fprintf(stderr, "submit_bench: %s\n", std::string(sched.status().message()).c_str());
+    return false;
+  }
+  xl::bench::FleetOptions fo;
+  fo.target = (*sched)->address();
+  fo.nodes = nodes;
+  xl::bench::SimulatedFleet fleet(fo, nullptr);
+  fleet.Start();
+  if (!fleet.WaitRegistered(std::chrono::seconds(60 + nodes / 100))) {
+    fprintf(stderr, "submit_bench: only %ld of %d simulated nodes registered\n",
+            static_cast<long>(fleet.Counters().nodes_registered), nodes);
+    return false;
+  }
+  const int fill_jobs = fleet.total_gpus() / 2 / 4;
+  auto stub = xl::v1::JobService::NewStub(
+      grpc::CreateChannel(fo.target, grpc::InsecureChannelCredentials()));
+  if (!SubmitAll(stub.get(), fill_jobs, [](int n) {
+        return GpuSubmitRequest("fill-" + std::to_string(n), 4, 3600 * 1000);
+      })) {
+    return false;
+  }
+  const auto fill_deadline = Clock::now() + std::chrono::seconds(120);
+  while (fleet.Counters().gpus_busy < fill_jobs * 4 && Clock::now() < fill_deadline) {
+    usleep(100000);
+  }
+  if (fleet.Counters().gpus_busy < fill_jobs * 4) {
+    fprintf(stderr, "submit_bench: only %ld of %d GPUs busy after 120 s\n",
+            static_cast<long>(fleet.Counters().gpus_busy), fill_jobs * 4);
+    return false;
+  }
+  *row = MeasureWithNodes(fo.target, nodes, seconds, "fleet");
+  *counters = fleet.Counters();
+  fleet.Stop();
+  (*sched)->Stop();
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string build = "build";
   double seconds = 3;
+  int fleet_nodes = 1000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      printf("usage: submit_bench --build-dir BUILD [--seconds S]\n"
+      printf("usage: submit_bench --build-dir BUILD [--seconds S] [--nodes N]\n"
              "Starts xl-scheduler (and two xl-agent) from BUILD on loopback and prints\n"
              "durable submit throughput and latency beside a bare unary RPC and raw\n"
-             "SQLite inserts, then submit-to-running latency of a 2-node job.\n");
+             "SQLite inserts; the same at concurrency 64 with 0 and with N simulated\n"
+             "8-GPU agents attached (default 1000; half their GPUs busy; 0 skips it),\n"
+             "each beside the same server's health check; then submit-to-running\n"
+             "latency of a 2-node job.\n");
       return 0;
     }
     if (a == "--build-dir" && i + 1 < argc) build = argv[++i];
     else if (a == "--seconds" && i + 1 < argc) seconds = atof(argv[++i]);
+    else if (a == "--nodes" && i + 1 < argc) fleet_nodes = atoi(argv[++i]);
     else {
       fprintf(stderr, "submit_bench: unknown argument %s; see --help\n", a.c_str());
       return 2;
     }
   }
   signal(SIGPIPE, SIG_IGN);
+  xl::bench::InstallSchedulerReaper();
   std::string dir = std::filesystem::temp_directory_path() / ("xl-bench-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string scheduler = build + "/server/xl-scheduler";
@@ -238,7 +397,17 @@ int main(int argc, char** argv) {
     });
     rows.push_back({"xl SubmitJob (durable)", c, submit});
   }
+  std::vector<FleetRow> fleet_rows;
+  fleet_rows.push_back(MeasureWithNodes("127.0.0.1:" + std::to_string(port), 0, seconds, "none"));
   Stop(sched);
+  xl::bench::FleetCounters fleet_counters;
+  if (fleet_nodes > 0) {
+    std::filesystem::create_directories(dir + "/fleet");
+    FleetRow row;
+    if (MeasureFleet(scheduler, dir + "/fleet", fleet_nodes, seconds, &row, &fleet_counters)) {
+      fleet_rows.push_back(row);
+    }
+  }
   Result raw = RawSqlite(dir + "/raw.db", seconds);
   rows.push_back({"raw SQLite insert, 1 txn each", 1, raw});
 
@@ -252,6 +421,26 @@ int main(int argc, char** argv) {
          "rate (goal >= 40%%: %s); %.1fx raw one-transaction SQLite inserts\n",
          sub64, sub64 >= 10000 ? "met" : "NOT met", 100 * sub64 / ping64,
          sub64 >= 0.4 * ping64 ? "met" : "NOT met", sub64 / std::max(1.0, raw.per_second));
+
+  printf("\nconcurrency 64, 1-node 8-GPU jobs; with nodes: simulated 8-GPU agents "
+         "attached, half their GPUs busy before measuring\n");
+  printf("%-6s %14s %12s %10s %10s %22s\n", "nodes", "health chk/s", "submits/s",
+         "p50 ms", "p99 ms", "share of health check");
+  for (const auto& r : fleet_rows) {
+    printf("%-6d %14.0f %12.0f %10.2f %10.2f %21.1f%%\n", r.nodes, r.ping.per_second,
+           r.submit.per_second, r.submit.p50_ms, r.submit.p99_ms,
+           100 * r.submit.per_second / std::max(1.0, r.ping.per_second));
+  }
+  if (fleet_rows.size() > 1) {
+    printf("with %d nodes: %ld streams closed by the scheduler (goal 0), %ld heartbeats and "
+           "%ld rank statuses sent, %ld StartRanks received\n",
+           fleet_nodes, static_cast<long>(fleet_counters.sessions_closed_by_scheduler),
+           static_cast<long>(fleet_counters.heartbeats_sent),
+           static_cast<long>(fleet_counters.rank_statuses_sent),
+           static_cast<long>(fleet_counters.start_ranks));
+  } else if (fleet_nodes > 0) {
+    printf("with %d nodes: not measured (see stderr)\n", fleet_nodes);
+  }
 
   // --- submit to all ranks running: 2 agents, 2-node jobs -------------------
   sched = Spawn({scheduler, "--listen", "127.0.0.1:0", "--db", dir + "/b.db", "--port-file",

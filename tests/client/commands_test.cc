@@ -201,12 +201,16 @@ class FakeJobService final : public v1::JobService::Service {
 
 class FakeNodeService final : public v1::NodeService::Service {
  public:
-  grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*,
+  // Two pages of one node each, as a fleet larger than a page.
+  grpc::Status ListNodes(grpc::ServerContext*,
+                         const v1::ListNodesRequest* request,
                          v1::ListNodesResponse* response) override {
+    const bool first = request->page_token().empty();
     v1::Node* node = response->add_nodes();
-    node->set_name("node-1");
+    node->set_name(first ? "node-1" : "node-2");
     node->set_state(v1::READY);
     node->mutable_inventory()->add_gpus()->set_model("NVIDIA H200");
+    if (first) response->set_next_page_token("node-1");
     return grpc::Status::OK;
   }
   grpc::Status GetNode(grpc::ServerContext*, const v1::GetNodeRequest* request,
@@ -584,11 +588,14 @@ TEST_F(CommandsTest, QueueAndNodes) {
   EXPECT_THAT(out_.str(), HasSubstr("TOTAL"));
   ASSERT_TRUE(Make()->Nodes().ok());
   EXPECT_THAT(out_.str(), HasSubstr("node-1  READY  0/1   NVIDIA H200"));
+  EXPECT_THAT(out_.str(), HasSubstr("node-2  READY  0/1   NVIDIA H200"));
   ASSERT_TRUE(Make(OutputFormat::kJson)->Nodes().ok());
   v1::ListNodesResponse nodes;
   ASSERT_TRUE(
       google::protobuf::util::JsonStringToMessage(out_.str(), &nodes).ok());
+  ASSERT_EQ(nodes.nodes_size(), 2);
   EXPECT_EQ(nodes.nodes(0).name(), "node-1");
+  EXPECT_TRUE(nodes.next_page_token().empty());
   EXPECT_EQ(ExitCodeFor(Make()->Node("node-9")), kExitNotFound);
   ASSERT_TRUE(Make()->Drain("node-1", "disk swap").ok());
   EXPECT_EQ(

@@ -107,6 +107,20 @@ class Durability(unittest.TestCase):
             self.assertTrue(cm.exception.details().startswith(field), cm.exception.details())
         self.assertEqual(len(stub.ListJobs(pb.ListJobsRequest(), timeout=10).jobs), before)
 
+    def test_second_scheduler_on_the_same_database_exits(self):
+        c = Cluster(agents=0)
+        self.addCleanup(c.close)
+        from cluster import SCHEDULER
+        second = subprocess.run(
+            [SCHEDULER, "--listen", "127.0.0.1:0", "--db", c.db],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(second.returncode, 1, second.stderr)
+        self.assertIn("is in use by another xl-scheduler (pid %d)" % c.procs["scheduler"].pid,
+                      second.stderr)
+        self.assertIn("give this one another --db", second.stderr)
+        # The first one is untouched.
+        self.assertEqual(c.xlctl("list").returncode, 0)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
