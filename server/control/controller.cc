@@ -357,6 +357,14 @@ void Controller::ProcessDisconnects() {
 
 void Controller::CheckLiveness() {
   const absl::Time now = clock_->MonotonicNow();
+  const absl::Duration gap = now - last_tick_mono_;
+  if (last_tick_mono_ != absl::InfinitePast() && gap > opts_.self_pause) {
+    Log(absl::StrCat("the scheduler itself did not run for ",
+                     HumanDuration(gap),
+                     "; no node is counted silent for that time"));
+    for (auto& [name, node] : nodes_.all()) node.last_heartbeat_mono += gap;
+  }
+  last_tick_mono_ = now;
   for (NodeRecord* node : nodes_.Silent(now, opts_.heartbeat_timeout)) {
     absl::Duration silent = now - node->last_heartbeat_mono;
     NodeLost(node, absl::StrCat("no heartbeat for ", HumanDuration(silent),

@@ -79,6 +79,11 @@ struct ControllerOptions {
   absl::Duration retention_interval = absl::Minutes(1);
   // In degraded mode, how often a probe write tries the disk.
   absl::Duration probe_interval = absl::Seconds(1);
+  // When the loop itself did not run for this long (the process was
+  // stopped, starved or swapped out), that silence is the scheduler's, not
+  // the nodes': their heartbeat clocks move on by the gap. Tests that step
+  // a fake clock without ticking turn it off (InfiniteDuration).
+  absl::Duration self_pause = absl::Seconds(3);
 };
 
 class Controller {
@@ -283,6 +288,7 @@ class Controller {
   // The earliest time a fenced pending job may start.
   absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time next_retention_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_tick_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   // Bumped by every failed write and every reload: effects of writes queued

@@ -217,6 +217,42 @@ class NodeLoss(E2E):
         self.assertEqual(lost["state"], "LOST")
         self.assertIn("attempt 2 on", self.c.xlctl("logs", job_id).stdout)
 
+    def test_a_cut_off_agent_stops_its_ranks_when_its_lease_runs_out(self):
+        # The scheduler stops answering (SIGSTOP: a partition from every
+        # agent's side). Each agent's lease (the heartbeat timeout, 2 s here)
+        # runs out and it stops its ranks itself, SIGTERM then SIGKILL.
+        pidfile = os.path.join(self.c.tmp, "rank.pid")
+        s = self.script("lease.py", f"""
+            import os, time
+            open({pidfile!r}, "w").write(str(os.getpid()))
+            time.sleep(300)
+            """)
+        job_id = self.c.submit_file(self.job_yaml(s, nodes=1, ranks=1, retries=1))
+        self.c.wait_state(job_id, "RUNNING")
+        wait_until("the rank's pid file", lambda: os.path.exists(pidfile), 20)
+        with open(pidfile) as f:
+            pid = int(f.read())
+        sched = self.c.procs["scheduler"]
+        os.killpg(sched.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            def gone():
+                try:
+                    os.kill(pid, 0)
+                    return False
+                except ProcessLookupError:
+                    return True
+            # lease 2 s + grace 10 s (SIGTERM ends a sleeping python at once)
+            wait_until("the rank stopped by its agent's lease", gone, 15)
+            self.assertGreaterEqual(time.monotonic() - t0, 1.5)
+        finally:
+            os.killpg(sched.pid, signal.SIGCONT)
+        # The scheduler resumes: its own pause loses no node, the agents
+        # register again and report the exit, and the job runs again.
+        job = self.c.wait_state(job_id, "PENDING", "SCHEDULED", "RUNNING", timeout=30)
+        wait_until("attempt 2", lambda: self.c.job(job_id)["attempt"] == 2, 30)
+        self.assertEqual([n["state"] for n in self.c.nodes()], ["READY", "READY"])
+
 
 class PyTorchDDP(E2E):
     agents = 2

@@ -104,6 +104,7 @@ class ControllerTest : public ::testing::Test {
     opts.heartbeat_timeout = absl::Seconds(10);
     opts.advertise_address = "127.0.0.1:7070";
     opts.retention = retention_;
+    opts.self_pause = self_pause_;
     controller_ = std::make_unique<Controller>(faulty_.get(), &clock_, opts);
     ASSERT_TRUE(controller_->Recover().ok());
   }
@@ -228,6 +229,8 @@ class ControllerTest : public ::testing::Test {
   FakeClock clock_;
   std::string dir_;
   RetentionPolicy retention_;
+  // Off: these tests step the clock without ticking.
+  absl::Duration self_pause_ = absl::InfiniteDuration();
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<store::FaultyStore> faulty_;
   std::unique_ptr<Controller> controller_;

@@ -99,6 +99,24 @@ TEST_F(ControllerTest, WallClockStepsChangeNothing) {
   EXPECT_EQ(controller_->GetNode("a")->state(), v1::LOST);
 }
 
+TEST_F(ControllerTest, TheSchedulersOwnPauseLosesNoNode) {
+  self_pause_ = absl::Seconds(3);
+  Open();
+  auto a = AddNode("a", 1);
+  controller_->Tick();
+  // The scheduler's process is stopped for 30 s: nothing ticks, nothing is
+  // heard. When it runs again the silence is its own.
+  clock_.Advance(absl::Seconds(30));
+  controller_->Tick();
+  EXPECT_EQ(controller_->GetNode("a")->state(), v1::READY);
+  // Silence while it runs still counts.
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    controller_->Tick();
+  }
+  EXPECT_EQ(controller_->GetNode("a")->state(), v1::LOST);
+}
+
 TEST_F(ControllerTest, ReturningNodeKeepsItsRanksResourcesUntilTheyExit) {
   auto a = AddNode("a", 1);
   auto b = AddNode("b", 1);
