@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   int agents = 2;
   std::vector<std::string> inventories;
   std::string agent_binary, port_file;
-  double hb_interval_s = 1.0, hb_timeout_s = 10.0;
+  double hb_interval_s = 1.0, hb_timeout_s = 10.0, lease_s = 0;
   std::string retention = "30d";
   uint64_t retention_log_bytes = opts.controller.retention.max_log_bytes;
   app.add_option("--listen", opts.listen,
@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
                  "seconds of silence after which a node is lost and its jobs "
                  "requeued")
       ->capture_default_str();
+  app.add_option("--lease", lease_s,
+                 "seconds an agent keeps its ranks running without hearing "
+                 "from the scheduler (default: the heartbeat timeout); "
+                 "longer rides out longer scheduler outages and makes a "
+                 "lost node's jobs wait as long before running elsewhere");
   app.add_option("--master-port-base", opts.controller.master_port_base,
                  "first port handed out as MASTER_PORT")
       ->capture_default_str();
@@ -110,6 +115,12 @@ int main(int argc, char** argv) {
   }
   opts.controller.heartbeat_interval = absl::Seconds(hb_interval_s);
   opts.controller.heartbeat_timeout = absl::Seconds(hb_timeout_s);
+  if (lease_s != 0 && lease_s < hb_timeout_s) {
+    return Fail("--lease must be at least --heartbeat-timeout: an agent "
+                "must not stop its ranks before the scheduler gives up on "
+                "its node");
+  }
+  opts.controller.lease = absl::Seconds(lease_s != 0 ? lease_s : hb_timeout_s);
 
   // Signals are taken by sigwait below; every thread inherits the mask.
   sigset_t signals;

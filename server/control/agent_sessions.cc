@@ -66,6 +66,20 @@ absl::StatusOr<std::string> Controller::AgentRegister(
   {
     absl::MutexLock lock(&mu_);
     NodeRecord& node = nodes_.Upsert(name);
+    // Another agent process claims a node whose session is alive: refuse,
+    // or the two would free each other's resources. (The same process
+    // reconnecting has the same instance id.)
+    const absl::Duration heard = clock_->MonotonicNow() - node.last_heartbeat_mono;
+    if (node.conn && node.conn != conn && !reg.instance_id().empty() &&
+        !node.instance_id.empty() && node.instance_id != reg.instance_id() &&
+        heard < opts_.heartbeat_timeout) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register.name: node ", name, " is already served by another "
+          "xl-agent (heard from ", HumanDuration(heard), " ago, from ",
+          node.address, "); give this agent its own --name, or stop the "
+          "other one"));
+    }
+    node.instance_id = reg.instance_id();
     if (node.conn && node.conn != conn) replaced = node.conn;
     const bool was_lost = node.lost;
     node.inventory = reg.inventory();
@@ -96,7 +110,7 @@ absl::StatusOr<std::string> Controller::AgentRegister(
     a->set_node(name);
     *a->mutable_heartbeat_interval() = ToProtoDuration(opts_.heartbeat_interval);
     a->set_log_acks(true);
-    *a->mutable_lease() = ToProtoDuration(opts_.heartbeat_timeout);
+    *a->mutable_lease() = ToProtoDuration(opts_.lease);
     conn->Send(ack);
     // In degraded mode the agent is kept alive (its lease renewed) but
     // nothing it reports is acted on; it registers again after the reload.
@@ -196,13 +210,16 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
                        state::JobTable::IsActive(rec->job.state()) &&
                        !rec->stopping;
   const auto foreign = std::make_tuple(id, st.attempt(), st.rank());
+  // A stop goes out only after every write queued so far has committed:
+  // the change that made this attempt stale may still fail to be recorded.
   auto stop = [&](const std::string& why) {
     if (!node->conn) return;
-    node->conn->Send(StopMessage(st.job_id(), st.attempt(),
-                                 rec != nullptr
-                                     ? rec->job.spec().grace_period()
-                                     : ToProtoDuration(absl::Seconds(10)),
-                                 why));
+    SendAfterCommits({{node->conn,
+                       StopMessage(st.job_id(), st.attempt(),
+                                   rec != nullptr
+                                       ? rec->job.spec().grace_period()
+                                       : ToProtoDuration(absl::Seconds(10)),
+                                   why)}});
   };
   if (st.state() == v1::RANK_RUNNING) {
     if (!held) {
@@ -261,18 +278,18 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
   exit->set_message(st.message());
   if (st.state() == v1::RANK_EXITED && st.exit_code() == 0 &&
       st.signal() == 0) {
-    int done = 0;
-    for (const auto& [r, s] : rec->ranks) {
-      if (s.state() == v1::RANK_EXITED && s.exit_code() == 0 &&
-          s.signal() == 0) {
-        ++done;
-      }
-    }
+    const int done = ++rec->ranks_succeeded;
     if (done == rec->job.world_size()) {
       EndJob(rec, v1::SUCCEEDED,
              absl::StrCat("all ", done, " ranks exited with code 0"));
     } else {
-      CommitJob(rec, {}, nullptr, nullptr);  // the exit, durably
+      // One row, not the whole job: O(1) per rank however large the gang.
+      const int64_t id = rec->id;
+      const int32_t attempt = rec->job.attempt();
+      Commit([id, attempt, exit = *exit](store::Tx& tx) {
+               return tx.PutRankExit(id, attempt, exit);
+             },
+             nullptr);
     }
     return;
   }
@@ -352,10 +369,8 @@ void Controller::NodeLost(NodeRecord* node, const std::string& why) {
     // The node's agent stops the ranks when its lease runs out (at the
     // latest now) and kills them after the grace period: the next attempt
     // waits for that, plus a heartbeat for the clocks' difference.
-    absl::Duration grace = FromProto(rec->job.spec().grace_period());
-    if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
     FailAttempt(rec, absl::StrCat("node ", node->name, " was lost: ", why),
-                /*spend_retry=*/true, grace + opts_.heartbeat_interval);
+                /*spend_retry=*/true, LostNodeFence(*rec));
   }
   pass_needed_ = true;
 }

@@ -90,6 +90,7 @@ void Controller::StartJob(JobRecord* rec, const scheduler::Placement& placement)
   job.clear_end_time();
   job.set_exit_code(0);
   rec->ranks.clear();
+  rec->ranks_succeeded = 0;
   rec->stopping = false;
   rec->token = RandomToken();
 
@@ -106,12 +107,20 @@ void Controller::StartJob(JobRecord* rec, const scheduler::Placement& placement)
         for (const auto& h : holds) RETURN_IF_ERROR(tx.PutHold(h));
         return absl::OkStatus();
       },
-      [this, id, attempt, token] {
+      [this, id, attempt, token, holds] {
         // Decisions go to the agents only once they are durable.
         absl::MutexLock lock(&mu_);
         JobRecord* rec = jobs_.Find(id);
         if (rec == nullptr || rec->job.attempt() != attempt ||
             !state::JobTable::IsActive(rec->job.state()) || rec->stopping) {
+          // The attempt ended before its start was recorded: no StartRanks
+          // went out (they go only from here), so nothing runs and no agent
+          // will report an exit; give the resources back now.
+          for (const auto& h : holds) {
+            NodeRecord* node = nodes_.Find(h.allocation.node());
+            if (node == nullptr) continue;
+            for (int r : h.allocation.ranks()) ReleaseRank(node, id, attempt, r);
+          }
           return;
         }
         rendezvous_.Open(rec->job.id(), attempt, token);
@@ -148,6 +157,14 @@ void Controller::StartJob(JobRecord* rec, const scheduler::Placement& placement)
                       /*spend_retry=*/false);
         }
       });
+}
+
+absl::Duration Controller::LostNodeFence(const JobRecord& rec) const {
+  absl::Duration grace = FromProto(rec.job.spec().grace_period());
+  if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
+  return std::max(absl::ZeroDuration(),
+                  opts_.lease - opts_.heartbeat_timeout) +
+         grace + opts_.heartbeat_interval;
 }
 
 Controller::Sends Controller::StopMessages(const JobRecord& rec,
@@ -216,6 +233,7 @@ void Controller::FailAttempt(JobRecord* rec, const std::string& why,
   job.clear_start_time();
   job.clear_rank_exits();
   rec->ranks.clear();
+  rec->ranks_succeeded = 0;
   rec->stopping = false;
   rec->token.clear();
   if (fence > absl::ZeroDuration()) {

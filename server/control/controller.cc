@@ -51,7 +51,8 @@ void Controller::LoadModel(store::StoredState state) {
   ports_.Clear();
   uncommitted_.clear();
   new_pending_.clear();
-  rendezvous_.CloseAll();
+  class_reasons_.clear();
+  jobs_.ReserveIds(state.last_job_id);
   for (auto& n : state.nodes) {
     NodeRecord& node = nodes_.Upsert(n.name);
     node.inventory = n.inventory;
@@ -67,6 +68,7 @@ void Controller::LoadModel(store::StoredState state) {
     if (c != conns.end()) node.conn = c->second;
     ledger_.SetNode(node.info);
   }
+  std::set<std::string> open_scopes;
   for (auto& job : state.jobs) {
     int64_t id = state::JobTable::ParseId(job.id());
     if (id <= 0) continue;
@@ -86,6 +88,10 @@ void Controller::LoadModel(store::StoredState state) {
       st.set_exit_code(exit.exit_code());
       st.set_signal(exit.signal());
       rec.ranks[exit.rank()] = st;
+      if (!exit.failed_to_start() && exit.exit_code() == 0 &&
+          exit.signal() == 0) {
+        ++rec.ranks_succeeded;
+      }
     }
     JobRecord& stored = jobs_.Insert(std::move(rec));
     if (state::JobTable::IsActive(stored.job.state())) {
@@ -97,10 +103,14 @@ void Controller::LoadModel(store::StoredState state) {
         ports_.Reserve(stored.job.master_addr(), stored.job.master_port());
       }
       if (!stored.token.empty()) {
+        open_scopes.insert(stored.job.id());
         rendezvous_.Open(stored.job.id(), stored.job.attempt(), stored.token);
       }
     }
   }
+  // Scopes of attempts that still run keep their keys (ranks in the middle
+  // of meeting go on); the others close.
+  rendezvous_.RetainOnly(open_scopes);
   for (auto& h : state.holds) {
     state::Hold hold;
     hold.job_id = h.job_id;
@@ -131,6 +141,15 @@ void Controller::LoadModel(store::StoredState state) {
       node.last_heartbeat_mono = now_mono;
       node.last_heartbeat_wall = now_wall;
     }
+    // A requeued job whose older attempt still holds resources may have
+    // been requeued because that node was lost: its start waits as if the
+    // node had just been lost (the wait is not stored; this errs long).
+    if (JobRecord* rec = jobs_.Find(h.job_id);
+        rec != nullptr && rec->job.state() == v1::PENDING &&
+        rec->job.attempt() > h.attempt) {
+      rec->eligible_mono =
+          std::max(rec->eligible_mono, now_mono + LostNodeFence(*rec));
+    }
     ledger_.AddHold(a.node(), std::move(hold), /*force=*/true);
   }
   for (auto& e : state.events) {
@@ -151,6 +170,14 @@ void Controller::SetAdvertiseAddressIfEmpty(const std::string& address) {
 
 void Controller::Start() {
   loop_ = std::thread([this] { RunLoop(); });
+  ticker_ = std::thread([this] {
+    while (true) {
+      absl::SleepFor(opts_.tick);  // relative: immune to wall-clock steps
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      wake_ = true;
+    }
+  });
 }
 
 void Controller::Stop() {
@@ -160,6 +187,7 @@ void Controller::Stop() {
     stop_ = true;
   }
   if (loop_.joinable()) loop_.join();
+  if (ticker_.joinable()) ticker_.join();
   rendezvous_.CloseAll();
 }
 
@@ -171,15 +199,14 @@ absl::Status Controller::Writable() {
 
 void Controller::RunLoop() {
   while (true) {
+    // Passes come at most every kMinPass, so a burst of submits is
+    // scheduled together rather than one wake-up each.
+    constexpr absl::Duration kMinPass = absl::Milliseconds(2);
+    absl::SleepFor(kMinPass);
     {
       absl::MutexLock lock(&mu_);
-      // Passes come at most every kMinPass, so a burst of submits is
-      // scheduled together rather than one wake-up each.
-      constexpr absl::Duration kMinPass = absl::Milliseconds(2);
-      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_;
-      };
-      mu_.AwaitWithTimeout(absl::Condition(&stopping), kMinPass);
+      // The ticker sets wake_ every tick, so this wait ends in time even
+      // when a wall-clock step moves Abseil's deadline.
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return wake_ || stop_;
       };
@@ -425,6 +452,14 @@ void Controller::RunRetention() {
       });
 }
 
+void Controller::SendAfterCommits(Sends sends) {
+  if (sends.empty()) return;
+  Commit([](store::Tx&) { return absl::OkStatus(); },
+         [sends = std::move(sends)] {
+           for (const auto& [conn, msg] : sends) conn->Send(msg);
+         });
+}
+
 // --- commits and degraded mode ---------------------------------------------
 
 void Controller::Commit(store::Store::WriteFn write,
@@ -502,8 +537,7 @@ void Controller::EnterDegraded(const absl::Status& why) {
     wake_ = true;
     Log(degraded_reason_);
   }
-  // Watchers see nothing new; waiting rendezvous fail fast.
-  rendezvous_.CloseAll();
+  // Rendezvous needs no disk: ranks that are meeting go on meeting.
 }
 
 void Controller::Probe() {
@@ -511,8 +545,7 @@ void Controller::Probe() {
   if (probe_in_flight_ || now < next_probe_mono_) return;
   probe_in_flight_ = true;
   next_probe_mono_ = now + opts_.probe_interval;
-  store_->Write([](store::Tx& tx) { return tx.Probe(); },
-                [this](absl::Status st) {
+  store_->Probe([this](absl::Status st) {
                   if (st.ok()) {
                     Reload();
                     return;

@@ -64,9 +64,13 @@ using state::AgentConnection;
 struct ControllerOptions {
   // Agents send a heartbeat this often.
   absl::Duration heartbeat_interval = absl::Seconds(1);
-  // A node silent this long is lost and its jobs are requeued; also the
-  // agents' lease.
+  // A node silent this long is lost and its jobs are requeued.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // The agents' lease: an agent that got no heartbeat acknowledged for this
+  // long stops its ranks itself. At least heartbeat_timeout; a longer lease
+  // lets ranks outlive a longer scheduler outage, and makes a lost node's
+  // jobs wait that much longer before they run elsewhere.
+  absl::Duration lease = absl::Seconds(10);
   // XL_SCHEDULER given to ranks.
   std::string advertise_address;
   // MASTER_PORT is taken from [base, base + count) per master address.
@@ -77,6 +81,9 @@ struct ControllerOptions {
   // Finished jobs and their output are forgotten by this policy.
   RetentionPolicy retention;
   absl::Duration retention_interval = absl::Minutes(1);
+  // A job's output beyond this is dropped (with one line saying so), so one
+  // job cannot fill the scheduler's disk.
+  int64_t max_log_bytes_per_job = int64_t{1} << 30;
   // In degraded mode, how often a probe write tries the disk.
   absl::Duration probe_interval = absl::Seconds(1);
   // When the loop itself did not run for this long (the process was
@@ -222,6 +229,13 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The attempt is over in the model: ports, rendezvous, flags.
   void CloseAttempt(JobRecord* rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How long a job whose node was lost waits before it runs elsewhere: the
+  // rest of the lost node's lease, the job's grace, and a heartbeat.
+  absl::Duration LostNodeFence(const JobRecord& rec) const;
+  // Sends once every write queued so far has committed (a stop must not
+  // act on a change that may still fail to be recorded).
+  void SendAfterCommits(Sends sends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
 
   // --- agents (agent_sessions.cc, ingest.cc) ---
   void HandleRankStatus(NodeRecord* node, const v1::RankStatus& st)
@@ -291,6 +305,7 @@ class Controller {
   absl::Time last_tick_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
+
   // Bumped by every failed write and every reload: effects of writes queued
   // under an older generation do not run.
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
@@ -309,6 +324,9 @@ class Controller {
       ABSL_GUARDED_BY(listeners_mu_);
 
   std::thread loop_;
+  // Wakes the loop every tick with a relative sleep: Abseil's timed waits
+  // end at a wall-clock deadline, which a backward step would push out.
+  std::thread ticker_;
 };
 
 }  // namespace xl::control

@@ -26,7 +26,22 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
     if (msg.seq() != 0) node->conn->Send(ack);
     return;
   }
+  if (rec->log_bytes >= opts_.max_log_bytes_per_job) {
+    // Over the job's quota: dropped (acknowledged), once with a line that
+    // says so.
+    if (rec->log_capped) {
+      if (msg.seq() != 0) node->conn->Send(ack);
+      return;
+    }
+    rec->log_capped = true;
+  }
   auto chunk = std::make_shared<v1::LogChunk>(log);
+  if (rec->log_capped) {
+    chunk->set_end_offset(0);
+    chunk->set_data(absl::StrCat(
+        "[xl: output of this job past ", HumanBytes(opts_.max_log_bytes_per_job),
+        " is dropped; write large output to files]\n"));
+  }
   if (!chunk->has_time()) *chunk->mutable_time() = ToProtoTime(clock_->Now());
   const int64_t id = rec->id;
   std::weak_ptr<AgentConnection> weak = node->conn;
@@ -47,7 +62,7 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
         {
           absl::MutexLock lock(&mu_);
           if (generation != generation_) return;  // resent after the reload
-          if (JobRecord* rec = jobs_.Find(id)) {
+          if (JobRecord* rec = jobs_.Find(id); rec != nullptr && chunk->seq() != 0) {
             rec->log_bytes += static_cast<int64_t>(chunk->data().size());
           }
         }

@@ -47,8 +47,10 @@ void Controller::Submit(
   }
   auto rec = std::make_shared<JobRecord>();
   absl::Status refused;
+  uint64_t generation = 0;
   {
     absl::MutexLock lock(&mu_);
+    generation = generation_;
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
     } else if (!key.empty() && jobs_.keys().count(key) > 0) {
@@ -113,13 +115,9 @@ void Controller::Submit(
   }
   // The job enters the model only once it is on disk: nothing can act on a
   // job that a crash would forget.
-  uint64_t generation;
-  {
-    absl::MutexLock lock(&mu_);
-    generation = generation_;
-  }
   store_->Write(
       [rec](store::Tx& tx) {
+        RETURN_IF_ERROR(tx.NoteJobId(rec->id));
         RETURN_IF_ERROR(tx.PutJob(rec->job));
         return tx.AddEvent(rec->events[0]);
       },
@@ -309,9 +307,10 @@ absl::Status Controller::ReadEvents(const std::string& job_id,
     }
   }
   int64_t last = out->empty() ? after_seq : out->back().seq();
+  const int64_t newest = rec->events.empty() ? 0 : rec->events.back().seq();
   *finished = state::JobTable::IsTerminal(rec->job.state()) &&
               last >= rec->committed_event_seq &&
-              rec->committed_event_seq == rec->events.back().seq();
+              rec->committed_event_seq == newest;
   return absl::OkStatus();
 }
 
@@ -322,8 +321,9 @@ absl::Status Controller::JobFinished(const std::string& job_id,
   if (rec == nullptr) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
   }
+  const int64_t newest = rec->events.empty() ? 0 : rec->events.back().seq();
   *finished = state::JobTable::IsTerminal(rec->job.state()) &&
-              rec->committed_event_seq == rec->events.back().seq();
+              rec->committed_event_seq == newest;
   return absl::OkStatus();
 }
 

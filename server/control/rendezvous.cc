@@ -14,7 +14,9 @@ void Rendezvous::Open(const std::string& job_id, int32_t attempt,
   {
     absl::MutexLock lock(&mu_);
     Scope& scope = scopes_[job_id];
+    if (scope.attempt == attempt && scope.token == token) return;
     Abort(&scope, &calls);
+    scope.bytes = 0;
     scope.attempt = attempt;
     scope.token = token;
     scope.kv.clear();
@@ -30,6 +32,22 @@ void Rendezvous::Close(const std::string& job_id) {
     if (it == scopes_.end()) return;
     Abort(&it->second, &calls);
     scopes_.erase(it);
+  }
+  for (auto& call : calls) call();
+}
+
+void Rendezvous::RetainOnly(const std::set<std::string>& job_ids) {
+  Calls calls;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = scopes_.begin(); it != scopes_.end();) {
+      if (job_ids.count(it->first) > 0) {
+        ++it;
+        continue;
+      }
+      Abort(&it->second, &calls);
+      it = scopes_.erase(it);
+    }
   }
   for (auto& call : calls) call();
 }
@@ -77,11 +95,26 @@ absl::Status Rendezvous::Put(const v1::RendezvousPutRequest& req) {
     absl::MutexLock lock(&mu_);
     auto scope = Find(req.scope());
     if (!scope.ok()) return scope.status();
-    if ((*scope)->kv.size() >= 100000) {
+    // Bounds, so one attempt cannot take the scheduler's memory.
+    constexpr int64_t kMaxScopeBytes = int64_t{64} << 20;
+    Scope* s = *scope;
+    auto old = s->kv.find(req.key());
+    const int64_t before =
+        old == s->kv.end() ? 0 : static_cast<int64_t>(old->first.size() +
+                                                      old->second.size());
+    const int64_t after = static_cast<int64_t>(req.key().size() +
+                                               req.value().size());
+    if (old == s->kv.end() && s->kv.size() >= 100000) {
       return absl::ResourceExhaustedError(
           "scope: more than 100000 rendezvous keys in one attempt");
     }
-    (*scope)->kv[req.key()] = req.value();
+    if (s->bytes - before + after > kMaxScopeBytes) {
+      return absl::ResourceExhaustedError(
+          "scope: more than 64 MiB of rendezvous keys and values in one "
+          "attempt; put large data in files and share their paths");
+    }
+    s->bytes += after - before;
+    s->kv[req.key()] = req.value();
     Serve(*scope, clock_->MonotonicNow(), &calls);
   }
   for (auto& call : calls) call();

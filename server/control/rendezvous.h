@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,12 @@ class Rendezvous {
   explicit Rendezvous(const Clock* clock) : clock_(clock) {}
 
   // The attempt runs: its ranks may meet with `token`. Replaces any older
-  // attempt of the job (whose waiters are aborted).
+  // attempt of the job (whose waiters are aborted); the same attempt and
+  // token again changes nothing (its keys stay).
   void Open(const std::string& job_id, int32_t attempt,
             const std::string& token);
+  // Closes every scope but those of `job_ids`.
+  void RetainOnly(const std::set<std::string>& job_ids);
   // The attempt is over: waiters get ABORTED, keys are dropped.
   void Close(const std::string& job_id);
   // Close() every scope.
@@ -58,6 +62,7 @@ class Rendezvous {
     int32_t attempt = 0;
     std::string token;
     std::map<std::string, std::string> kv;
+    int64_t bytes = 0;
     std::vector<Waiter> waiters;
   };
   using Calls = std::vector<std::function<void()>>;

@@ -97,6 +97,13 @@ absl::StatusOr<v1::JobEvent> JobTable::Transition(JobRecord* rec,
 
 std::shared_ptr<const v1::ResourceRequest> JobTable::Intern(
     const v1::ResourceRequest& request) {
+  // Drop what no job shares any more, now and then, so the map stays the
+  // size of the live requests.
+  if (++interned_ % 4096 == 0) {
+    for (auto it = requests_.begin(); it != requests_.end();) {
+      it = it->second.expired() ? requests_.erase(it) : std::next(it);
+    }
+  }
   std::string key = request.SerializeAsString();
   auto& slot = requests_[key];
   if (auto shared = slot.lock()) return shared;

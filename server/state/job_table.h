@@ -9,6 +9,7 @@
 #define XL_SERVER_STATE_JOB_TABLE_H_
 
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -33,8 +34,10 @@ struct JobRecord {
   int64_t committed_event_seq = 0;
   // The request, shared with every job whose request is equal.
   std::shared_ptr<const v1::ResourceRequest> request;
-  // Statuses of the current attempt's ranks seen so far.
+  // Statuses of the current attempt's ranks seen so far, and how many of
+  // them exited 0.
   std::map<int, v1::RankStatus> ranks;
+  int ranks_succeeded = 0;
   // The current attempt is being stopped; its rank exits change nothing.
   bool stopping = false;
   // XL_RENDEZVOUS_TOKEN of the current attempt.
@@ -45,8 +48,10 @@ struct JobRecord {
   absl::Time start_mono = absl::InfinitePast();
   absl::Time eligible_mono = absl::InfinitePast();
   absl::Time metrics_stored_mono = absl::InfinitePast();
-  // Output stored for the job (retention by size).
+  // Output stored for the job (retention by size), and whether it reached
+  // its quota.
   int64_t log_bytes = 0;
+  bool log_capped = false;
   // The job as the scheduling core sees it, built once (what it asks for
   // never changes); a pass copies it.
   scheduler::JobRequest as_request;
@@ -85,6 +90,8 @@ class JobTable {
       const v1::ResourceRequest& request);
 
   int64_t next_id() const { return next_id_; }
+  // Ids up to `id` were given before (and may have been deleted since).
+  void ReserveIds(int64_t id) { next_id_ = std::max(next_id_, id + 1); }
   int64_t TakeId() { return next_id_++; }
   std::map<int64_t, JobRecord>& all() { return jobs_; }
   // PENDING jobs in policy order: (-priority, id) -> the job.
@@ -106,6 +113,7 @@ class JobTable {
   std::set<int64_t> active_;
   std::map<std::string, int64_t> keys_;
   std::map<std::string, std::weak_ptr<const v1::ResourceRequest>> requests_;
+  int64_t interned_ = 0;
 };
 
 }  // namespace xl::state

@@ -35,6 +35,8 @@ struct NodeRecord {
   absl::Time last_heartbeat_wall;
   absl::Time register_time;
   std::string agent_version;
+  // Register.instance_id of the agent process serving the node.
+  std::string instance_id;
   // What the agent said it does (Register).
   bool shared_env = false;
   bool honours_lease = false;

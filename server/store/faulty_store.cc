@@ -43,4 +43,17 @@ void FaultyStore::Write(WriteFn fn, DoneFn done) {
   inner_->Write(std::move(fn), std::move(done));
 }
 
+void FaultyStore::Probe(DoneFn done) {
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failing_ != 0) error = error_;
+  }
+  if (!error.ok()) {
+    inner_->Write([error](Tx&) { return error; }, std::move(done));
+    return;
+  }
+  inner_->Probe(std::move(done));
+}
+
 }  // namespace xl::store

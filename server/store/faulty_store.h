@@ -29,6 +29,8 @@ class FaultyStore : public Store {
 
   absl::StatusOr<StoredState> Load() override { return inner_->Load(); }
   void Write(WriteFn fn, DoneFn done) override;
+  // Fails like a write while failing; else the inner store's probe.
+  void Probe(DoneFn done) override;
   absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(int64_t job_id,
                                                      int64_t after_seq,
                                                      int rank,

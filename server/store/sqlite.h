@@ -48,6 +48,8 @@ class Db {
   absl::Status Exec(absl::string_view sql);
   absl::StatusOr<std::unique_ptr<Statement>> Prepare(absl::string_view sql);
   int64_t LastInsertRowId() const;
+  // A transaction is open (SQLite may end one itself on some errors).
+  bool InTransaction() const { return sqlite3_get_autocommit(db_) == 0; }
   // Rows changed by the last INSERT, UPDATE or DELETE (0 for an ignored
   // INSERT OR IGNORE).
   int64_t Changes() const;

@@ -31,6 +31,9 @@ class SqliteTx : public Tx {
  public:
   explicit SqliteTx(SqliteStore* store) : store_(store) {}
   absl::Status PutJob(const v1::Job& job) override;
+  absl::Status NoteJobId(int64_t id) override;
+  absl::Status PutRankExit(int64_t job_id, int32_t attempt,
+                           const v1::RankExit& exit) override;
   absl::Status PutToken(int64_t job_id, const std::string& token) override;
   absl::Status AddEvent(const v1::JobEvent& event) override;
   absl::Status PutNode(const StoredNode& node) override;
@@ -68,6 +71,10 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
   db_options.vfs = options.vfs;
   ASSIGN_OR_RETURN(auto db, Db::Open(path, db_options));
   RETURN_IF_ERROR(Migrate(db.get(), SchemaMigrations()));
+  if (options.max_page_count > 0) {
+    RETURN_IF_ERROR(db->Exec(
+        absl::StrCat("PRAGMA max_page_count=", options.max_page_count)));
+  }
   std::unique_ptr<Db> reader;
   if (path == ":memory:") {
     reader = nullptr;  // logs are read through the writer's connection
@@ -104,6 +111,16 @@ absl::Status SqliteStore::PrepareStatements() {
   ASSIGN_OR_RETURN(append_metrics_,
                    db_->Prepare("INSERT INTO metrics (job_id, time_us, data) "
                                 "VALUES (?,?,?)"));
+  ASSIGN_OR_RETURN(note_job_id_,
+                   db_->Prepare("INSERT INTO meta (key, value) VALUES "
+                                "('last_job_id', ?) ON CONFLICT(key) DO "
+                                "UPDATE SET value = max(value, "
+                                "excluded.value)"));
+  ASSIGN_OR_RETURN(put_rank_exit_,
+                   db_->Prepare("INSERT OR REPLACE INTO rank_exits (job_id, "
+                                "attempt, rank, exit) VALUES (?,?,?,?)"));
+  ASSIGN_OR_RETURN(delete_rank_exits_,
+                   db_->Prepare("DELETE FROM rank_exits WHERE job_id = ?"));
   ASSIGN_OR_RETURN(put_token_,
                    db_->Prepare("UPDATE jobs SET rendezvous_token = ? "
                                 "WHERE id = ?"));
@@ -165,7 +182,8 @@ SqliteStore::~SqliteStore() {
   }
   if (completer_.joinable()) completer_.join();
   // Statements must go before their connections.
-  for (auto* s : {&put_job_, &put_token_, &add_event_, &put_node_,
+  for (auto* s : {&put_job_, &note_job_id_, &put_rank_exit_,
+                  &delete_rank_exits_, &put_token_, &add_event_, &put_node_,
                   &append_log_, &put_hold_, &delete_hold_, &append_metrics_,
                   &probe_, &delete_logs_, &delete_job_, &delete_events_,
                   &delete_metrics_, &delete_job_holds_, &savepoint_, &release_,
@@ -245,6 +263,22 @@ absl::Status SqliteTx::AppendMetrics(const v1::TrainMetrics& m) {
   return s->Run();
 }
 
+absl::Status SqliteTx::PutRankExit(int64_t job_id, int32_t attempt,
+                                   const v1::RankExit& exit) {
+  Statement* s = store_->put_rank_exit_.get();
+  s->BindInt(1, job_id);
+  s->BindInt(2, attempt);
+  s->BindInt(3, exit.rank());
+  s->BindBlob(4, exit.SerializeAsString());
+  return s->Run();
+}
+
+absl::Status SqliteTx::NoteJobId(int64_t id) {
+  Statement* s = store_->note_job_id_.get();
+  s->BindInt(1, id);
+  return s->Run();
+}
+
 absl::Status SqliteTx::PutToken(int64_t job_id, const std::string& token) {
   Statement* s = store_->put_token_.get();
   s->BindText(1, token);
@@ -279,6 +313,7 @@ absl::Status SqliteTx::DeleteLogs(int64_t job_id) {
 absl::Status SqliteTx::DeleteJob(int64_t job_id) {
   for (Statement* s :
        {store_->delete_logs_.get(), store_->delete_metrics_.get(),
+        store_->delete_rank_exits_.get(),
         store_->delete_events_.get(), store_->delete_job_holds_.get(),
         store_->delete_job_.get()}) {
     s->BindInt(1, job_id);
@@ -318,6 +353,20 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
   absl::MutexLock lock(&reader_mu_);
   Db* db = reader_ ? reader_.get() : db_.get();
   StoredState state;
+  // One read transaction: every table as of one commit.
+  RETURN_IF_ERROR(db->Exec("BEGIN"));
+  struct EndRead {
+    Db* db;
+    ~EndRead() { (void)db->Exec("COMMIT"); }
+  } end_read{db};
+  {
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT value FROM meta WHERE "
+                                         "key = 'last_job_id'"));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      state.last_job_id = s->ColumnInt(0);
+      return absl::OkStatus();
+    }));
+  }
   {
     ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job, id, rendezvous_token "
                                           "FROM jobs ORDER BY id"));
@@ -369,6 +418,29 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
     }));
   }
   {
+    // Exits of each job's current attempt, into its rank_exits.
+    std::map<int64_t, v1::Job*> by_id;
+    for (auto& job : state.jobs) by_id[JobRowId(job.id())] = &job;
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job_id, attempt, exit FROM "
+                                         "rank_exits ORDER BY job_id, rank"));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      auto it = by_id.find(s->ColumnInt(0));
+      if (it == by_id.end() || it->second->attempt() != s->ColumnInt(1)) {
+        return absl::OkStatus();
+      }
+      v1::RankExit exit;
+      if (!exit.ParseFromString(s->ColumnBlob(2))) {
+        return absl::DataLossError("cannot parse a rank exit");
+      }
+      v1::Job* job = it->second;
+      for (const auto& known : job->rank_exits()) {
+        if (known.rank() == exit.rank()) return absl::OkStatus();
+      }
+      *job->add_rank_exits() = std::move(exit);
+      return absl::OkStatus();
+    }));
+  }
+  {
     ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job_id, attempt, allocation "
                                           "FROM holds ORDER BY node, job_id"));
     RETURN_IF_ERROR(s->ForEachRow([&] {
@@ -396,7 +468,7 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
 
 void SqliteStore::Write(WriteFn fn, DoneFn done) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(PendingWrite{std::move(fn), std::move(done)});
+  queue_.push_back(PendingWrite{std::move(fn), std::move(done), false});
 }
 
 int64_t SqliteStore::commits() const {
@@ -411,28 +483,45 @@ bool SqliteStore::AllOk(const std::vector<absl::Status>& results) {
   return true;
 }
 
+namespace {
+
+// A write that failed on its own (a constraint, a refused value) undoes only
+// itself; anything else (a full disk, an I/O error) fails the transaction
+// and the store.
+bool OwnFailure(const absl::Status& st) {
+  return absl::IsAlreadyExists(st) || absl::IsInvalidArgument(st) ||
+         absl::IsFailedPrecondition(st) || absl::IsNotFound(st);
+}
+
+}  // namespace
+
 absl::Status SqliteStore::RunBatch(Tx& tx, std::vector<PendingWrite>& batch,
-                             bool isolate, std::vector<absl::Status>* results) {
+                                   bool isolate,
+                                   std::vector<absl::Status>* results) {
   RETURN_IF_ERROR(db_->Exec("BEGIN IMMEDIATE"));
   for (size_t i = 0; i < batch.size(); ++i) {
     absl::Status st = isolate ? savepoint_->Run() : absl::OkStatus();
     if (st.ok()) st = batch[i].fn(tx);
-    if (isolate) {
-      if (st.ok()) {
-        st = release_->Run();
-      } else {
-        (void)rollback_to_->Run();
-        (void)release_->Run();
-      }
-    } else if (!st.ok()) {
-      (*results)[i] = st;
+    (*results)[i] = st;
+    if (st.ok()) {
+      if (isolate) st = release_->Run();
+      if (st.ok()) continue;
+    }
+    // SQLite may have ended the transaction itself (SQLITE_FULL, IOERR):
+    // then every later statement would run, and commit, on its own. Stop.
+    if (!OwnFailure(st) || !db_->InTransaction()) {
+      if (db_->InTransaction()) (void)db_->Exec("ROLLBACK");
+      return st;
+    }
+    if (!isolate) {
       (void)db_->Exec("ROLLBACK");
       return absl::OkStatus();  // the caller retries with isolation
     }
-    (*results)[i] = st;
+    (void)rollback_to_->Run();
+    (void)release_->Run();
   }
   absl::Status commit = db_->Exec("COMMIT");
-  if (!commit.ok()) (void)db_->Exec("ROLLBACK");
+  if (!commit.ok() && db_->InTransaction()) (void)db_->Exec("ROLLBACK");
   return commit;
 }
 
@@ -441,6 +530,7 @@ void SqliteStore::WriterLoop() {
   std::vector<absl::Status> results;
   while (true) {
     batch.clear();
+    absl::Status failed;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -448,23 +538,40 @@ void SqliteStore::WriterLoop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty() && stopping_) return;
-      while (!queue_.empty() && batch.size() < kMaxGroup) {
+      failed = failed_;
+      // After a failure, probes go one at a time: the first that commits
+      // lets the writes behind it run again.
+      const size_t most = failed.ok() ? kMaxGroup : 1;
+      while (!queue_.empty() && batch.size() < most) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
     results.assign(batch.size(), absl::OkStatus());
     SqliteTx tx(this);
-    // Fast path: the whole batch in one transaction, no savepoints. Should a
-    // write fail, the transaction is rolled back and the batch run again with
-    // a savepoint around each write, so that one failure undoes only itself.
-    absl::Status commit = RunBatch(tx, batch, /*isolate=*/false, &results);
-    if (commit.ok() && !AllOk(results)) {
-      commit = RunBatch(tx, batch, /*isolate=*/true, &results);
+    absl::Status commit;
+    if (!failed.ok() && !batch[0].probe) {
+      // The store failed: nothing runs until a probe succeeds, so no write
+      // queued after a lost one can commit state that builds on it.
+      commit = failed;
+    } else {
+      // Fast path: the whole batch in one transaction, no savepoints. Should
+      // a write fail on its own, the transaction is rolled back and the
+      // batch run again with a savepoint around each write, so that one
+      // failure undoes only itself.
+      commit = RunBatch(tx, batch, /*isolate=*/false, &results);
+      if (commit.ok() && !AllOk(results)) {
+        commit = RunBatch(tx, batch, /*isolate=*/true, &results);
+      }
     }
     {
       absl::MutexLock lock(&mu_);
       ++commits_;
+      if (!commit.ok()) {
+        if (failed_.ok()) failed_ = commit;
+      } else if (!failed.ok()) {
+        failed_ = absl::OkStatus();  // a probe committed
+      }
     }
     Completed c;
     c.done.reserve(batch.size());
@@ -475,6 +582,12 @@ void SqliteStore::WriterLoop() {
     absl::MutexLock lock(&done_mu_);
     completed_.push_back(std::move(c));
   }
+}
+
+void SqliteStore::Probe(DoneFn done) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(
+      PendingWrite{[](Tx& tx) { return tx.Probe(); }, std::move(done), true});
 }
 
 void SqliteStore::CompletionLoop() {

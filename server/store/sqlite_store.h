@@ -4,7 +4,10 @@
 // One writer thread runs every queued write inside one transaction, commits
 // once, and hands the `done` callbacks to a completion thread, which runs
 // them in queue order while the writer already runs the next transaction
-// (LevelDB's write path). Many concurrent submits thus share one fsync. Reads
+// (LevelDB's write path). Many concurrent submits thus share one fsync. A
+// failure other than a write's own (a full disk, an I/O error) is sticky, as
+// LevelDB's background error: later writes fail without running until a
+// Probe() commits. Reads
 // of logs and metrics use a second connection. All methods are thread-safe.
 #ifndef XL_SERVER_STORE_SQLITE_STORE_H_
 #define XL_SERVER_STORE_SQLITE_STORE_H_
@@ -30,6 +33,9 @@ struct StoreOptions {
   // The SQLite VFS to open the file with; empty: the default. Tests register
   // a VFS that loses unsynced writes on a simulated power cut.
   std::string vfs;
+  // PRAGMA max_page_count on the writer's connection (0: SQLite's default):
+  // tests fill it to see what a full disk does (SQLITE_FULL).
+  int64_t max_page_count = 0;
 };
 
 class SqliteStore : public Store {
@@ -44,6 +50,7 @@ class SqliteStore : public Store {
   // Call before the first Write.
   absl::StatusOr<StoredState> Load() override;
   void Write(WriteFn fn, DoneFn done) override;
+  void Probe(DoneFn done) override;
   absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(int64_t job_id,
                                                      int64_t after_seq,
                                                      int rank,
@@ -57,6 +64,7 @@ class SqliteStore : public Store {
   struct PendingWrite {
     WriteFn fn;
     DoneFn done;
+    bool probe = false;
   };
   SqliteStore(std::unique_ptr<Db> db, std::unique_ptr<Db> reader);
   absl::Status PrepareStatements();
@@ -70,7 +78,8 @@ class SqliteStore : public Store {
   void CompletionLoop();
 
   std::unique_ptr<Db> db_;  // used by the writer thread only (and Load)
-  std::unique_ptr<Statement> put_job_, put_token_, add_event_, put_node_,
+  std::unique_ptr<Statement> put_job_, note_job_id_, put_rank_exit_,
+      delete_rank_exits_, put_token_, add_event_, put_node_,
       append_log_, put_hold_, delete_hold_, append_metrics_, probe_;
   std::unique_ptr<Statement> delete_logs_, delete_job_, delete_events_,
       delete_metrics_, delete_job_holds_;
@@ -85,6 +94,9 @@ class SqliteStore : public Store {
   mutable absl::Mutex mu_;
   std::deque<PendingWrite> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The first failure of a write or commit; until a probe commits, every
+  // write fails with it without running.
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread writer_;
 

@@ -4,8 +4,9 @@
 //
 // Writes are grouped: Write() queues a function; the store runs queued
 // functions inside one transaction, commits once, and only then calls each
-// function's `done`, in queue order. A failed write undoes only itself; a
-// failed commit fails every write of its group. Effects of a write (messages
+// function's `done`, in queue order. A write that fails on its own (a
+// constraint) undoes only itself; any other failure fails its whole group
+// and every write after it until a Probe() commits. Effects of a write (messages
 // to agents, answers to callers, notifications) belong in `done`, and only
 // when its status is OK. All methods are thread-safe.
 #ifndef XL_SERVER_STORE_STORE_H_
@@ -51,6 +52,8 @@ struct StoredState {
   std::map<int64_t, std::string> tokens;
   // Job id -> bytes of stored output (for retention by size).
   std::map<int64_t, int64_t> log_bytes;
+  // The highest job id ever given (jobs may have been deleted since).
+  int64_t last_job_id = 0;
 };
 
 // The writes of one transaction; valid only inside a Write() function.
@@ -59,6 +62,12 @@ class Tx {
   virtual ~Tx() = default;
   // Inserts or replaces the job (its id is the row id).
   virtual absl::Status PutJob(const v1::Job& job) = 0;
+  // Records that job ids up to `id` have been given.
+  virtual absl::Status NoteJobId(int64_t id) = 0;
+  // Records how a rank of an attempt ended (Load merges it into the job's
+  // rank_exits when that attempt is the job's current one).
+  virtual absl::Status PutRankExit(int64_t job_id, int32_t attempt,
+                                   const v1::RankExit& exit) = 0;
   // Sets the rendezvous token of the job's current attempt (a secret: kept
   // out of the Job message, which users read).
   virtual absl::Status PutToken(int64_t job_id, const std::string& token) = 0;
@@ -95,6 +104,11 @@ class Store {
   virtual void Write(WriteFn fn, DoneFn done) = 0;
   // Write() and wait for the commit.
   absl::Status WriteSync(WriteFn fn);
+
+  // After a failure other than a write's own (a full disk, an I/O error),
+  // every later write fails without running until a probe commits; this
+  // queues one (Tx::Probe in its own transaction).
+  virtual void Probe(DoneFn done) = 0;
 
   // Log chunks of a job with seq > after_seq, of one rank (or all when
   // rank < 0), at most `limit`, in seq order.

@@ -102,6 +102,7 @@ class ControllerTest : public ::testing::Test {
     faulty_ = std::make_unique<store::FaultyStore>(store_.get());
     ControllerOptions opts;
     opts.heartbeat_timeout = absl::Seconds(10);
+    opts.lease = absl::Seconds(10);
     opts.advertise_address = "127.0.0.1:7070";
     opts.retention = retention_;
     opts.self_pause = self_pause_;
@@ -116,9 +117,11 @@ class ControllerTest : public ::testing::Test {
 
   std::shared_ptr<FakeConnection> AddNode(
       const std::string& name, int gpus,
-      const std::vector<v1::RankStatus>& ranks = {}, bool shared_env = false) {
+      const std::vector<v1::RankStatus>& ranks = {}, bool shared_env = false,
+      const std::string& instance_id = "") {
     auto conn = std::make_shared<FakeConnection>();
     v1::Register reg;
+    reg.set_instance_id(instance_id);
     for (const auto& st : ranks) *reg.add_ranks() = st;
     reg.set_shared_env(shared_env);
     reg.set_name(name);

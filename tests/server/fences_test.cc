@@ -368,5 +368,120 @@ TEST_F(ControllerTest, RetentionForgetsOldFinishedJobs) {
   EXPECT_TRUE(controller_->GetJob(young).ok());
 }
 
+// Found in review: each of these failed before its fix.
+
+TEST_F(ControllerTest, AttemptEndedBeforeItsStartWasRecordedHoldsNothing) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  // A slow write ahead keeps the start's write in flight.
+  store_->Write([](store::Tx&) { usleep(300000); return absl::OkStatus(); },
+                nullptr);
+  controller_->Tick();
+  EXPECT_TRUE(CancelSync(id).ok());
+  Settle();
+  EXPECT_EQ(a->Count(Msg::kStartRanks), 0);
+  EXPECT_EQ(controller_->GetNode("a")->usage().gpus_in_use_size(), 0);
+  std::string next = Submit(1, 1);
+  controller_->Tick();
+  EXPECT_EQ(a->WaitFor(Msg::kStartRanks).start_ranks().job_id(), next);
+}
+
+TEST_F(ControllerTest, TheLostNodeFenceHoldsAcrossARestart) {
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  std::string id = Submit(1, 1, "", /*retries=*/1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  clock_.Advance(absl::Seconds(6));
+  Beat("b", b.get());
+  clock_.Advance(absl::Seconds(6));
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetNode("a")->state(), v1::LOST);
+  Open();  // the scheduler restarts at once
+  auto b2 = AddNode("b", 1);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(b2->Count(Msg::kStartRanks), 0)
+      << "attempt 2 started inside the lost node's fence";
+  clock_.Advance(absl::Seconds(12));
+  Beat("b", b2.get());
+  controller_->Tick();
+  EXPECT_EQ(b2->WaitFor(Msg::kStartRanks).start_ranks().attempt(), 2);
+}
+
+TEST_F(ControllerTest, JobIdsAreNeverGivenTwice) {
+  retention_.max_age = absl::Hours(1);
+  Open();
+  std::string old_job = Submit(1, 0);
+  ASSERT_TRUE(CancelSync(old_job).ok());
+  clock_.Advance(absl::Hours(2));
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetJob(old_job).status().code(),
+            absl::StatusCode::kNotFound);
+  Open();  // the newest job was deleted, and the scheduler restarts
+  EXPECT_NE(Submit(1, 0), old_job);
+}
+
+TEST_F(ControllerTest, AStatusDuringAnUnrecordedCancelStopsNothing) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  store_->Write([](store::Tx&) { usleep(200000); return absl::OkStatus(); },
+                nullptr);
+  faulty_->FailWrites(DiskFull());
+  absl::Mutex mu;
+  bool done = false;
+  absl::Status out;
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  controller_->Cancel("alice", req, [&](absl::StatusOr<v1::Job> j) {
+    absl::MutexLock l(&mu);
+    out = j.status();
+    done = true;
+  });
+  // The rank reports again while the cancel's write is still in flight.
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  {
+    absl::MutexLock l(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  Settle();
+  EXPECT_EQ(out.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(a->Count(Msg::kStopJob), 0)
+      << "stopped the ranks of an unrecorded cancel";
+}
+
+TEST_F(ControllerTest, ASecondAgentClaimingALiveNodeIsRefused) {
+  auto a = AddNode("a", 1, {}, false, "instance-1");
+  std::string id = Submit(1, 1, "", /*retries=*/3);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  // A cloned host with the same --name, running nothing.
+  auto impostor = std::make_shared<FakeConnection>();
+  v1::Register reg;
+  reg.set_name("a");
+  reg.set_instance_id("instance-2");
+  auto refused = controller_->AgentRegister(reg, impostor);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(refused.status().message().find("--name"), std::string::npos)
+      << refused.status();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  EXPECT_EQ(controller_->GetNode("a")->usage().gpus_in_use_size(), 1);
+  // The same agent process reconnecting is welcome.
+  auto again = AddNode("a", 1, {Status(id, 1, 0, v1::RANK_RUNNING)}, false,
+                       "instance-1");
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+}
+
 }  // namespace
 }  // namespace xl::control

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -251,6 +252,78 @@ TEST(StoreTest, HoldsTokensAndRetentionDeletesRoundTrip) {
   EXPECT_TRUE(state->jobs.empty());
   EXPECT_TRUE(state->holds.empty());
   EXPECT_TRUE(state->log_bytes.empty());
+}
+
+}  // namespace
+}  // namespace xl::store
+
+namespace xl::store {
+namespace {
+
+// A full disk (SQLITE_FULL, with SQLite ending the transaction itself): the
+// failing group fails whole, nothing queued after it commits, and writes
+// work again only after a probe commits.
+TEST(StoreTest, AFullDiskFailsEverythingUntilAProbeCommits) {
+  TempDir dir;
+  StoreOptions options;
+  options.max_page_count = 64;  // 256 KiB with 4 KiB pages
+  auto opened = SqliteStore::Open(dir.File("full.db"), options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  SqliteStore* store = opened->get();
+  int id = 1;
+  absl::Status full;
+  // Fill the database until a write fails.
+  for (; id < 10000 && full.ok(); ++id) {
+    v1::Job job = MakeJob(id);
+    job.set_reason(std::string(4096, 'x'));
+    full = store->WriteSync([job](Tx& tx) { return tx.PutJob(job); });
+  }
+  ASSERT_FALSE(full.ok()) << "the database never filled";
+  EXPECT_NE(full.message().find("full"), std::string::npos) << full;
+  const int failed_id = id - 1;
+  // A small write that would fit now fails too, without running.
+  EXPECT_FALSE(store->WriteSync([](Tx& tx) {
+                 return tx.PutJob(MakeJob(90000));
+               }).ok());
+  absl::Status probe;
+  absl::Mutex mu;
+  bool done = false;
+  store->Probe([&](absl::Status st) {
+    absl::MutexLock lock(&mu);
+    probe = st;
+    done = true;
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  EXPECT_TRUE(probe.ok()) << probe;  // a one-row update fits
+  EXPECT_TRUE(store->WriteSync([](Tx& tx) {
+                return tx.PutJob(MakeJob(90001));
+              }).ok());
+  auto state = store->Load();
+  ASSERT_TRUE(state.ok());
+  std::set<std::string> ids;
+  for (const auto& j : state->jobs) ids.insert(j.id());
+  EXPECT_EQ(ids.count(absl::StrCat(failed_id)), 0u);
+  EXPECT_EQ(ids.count("90000"), 0u);
+  EXPECT_EQ(ids.count("90001"), 1u);
+}
+
+// A write that fails on its own (a duplicate key) undoes only itself.
+TEST(StoreTest, AWritesOwnFailureLeavesTheOthers) {
+  TempDir dir;
+  auto store = SqliteStore::Open(dir.File("own.db"));
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->WriteSync([](Tx& tx) {
+    return tx.PutJob(MakeJob(1, "k"));
+  }).ok());
+  EXPECT_FALSE((*store)->WriteSync([](Tx& tx) {
+    return tx.PutJob(MakeJob(2, "k"));
+  }).ok());
+  EXPECT_TRUE((*store)->WriteSync([](Tx& tx) {
+    return tx.PutJob(MakeJob(3));
+  }).ok());
 }
 
 }  // namespace
