@@ -106,6 +106,7 @@ class ControllerTest : public ::testing::Test {
     opts.advertise_address = "127.0.0.1:7070";
     opts.retention = retention_;
     opts.self_pause = self_pause_;
+    opts.max_log_bytes_per_job = max_log_bytes_per_job_;
     controller_ = std::make_unique<Controller>(faulty_.get(), &clock_, opts);
     ASSERT_TRUE(controller_->Recover().ok());
   }
@@ -232,6 +233,7 @@ class ControllerTest : public ::testing::Test {
   FakeClock clock_;
   std::string dir_;
   RetentionPolicy retention_;
+  int64_t max_log_bytes_per_job_ = int64_t{1} << 30;
   // Off: these tests step the clock without ticking.
   absl::Duration self_pause_ = absl::InfiniteDuration();
   std::unique_ptr<store::SqliteStore> store_;

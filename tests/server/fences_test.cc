@@ -368,6 +368,54 @@ TEST_F(ControllerTest, RetentionForgetsOldFinishedJobs) {
   EXPECT_TRUE(controller_->GetJob(young).ok());
 }
 
+TEST_F(ControllerTest, OneJobCannotFillTheSchedulersDisk) {
+  max_log_bytes_per_job_ = 10;
+  Open();
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  for (int i = 1; i <= 3; ++i) {
+    v1::AgentMessage log;
+    log.set_seq(i);
+    log.mutable_log()->set_job_id(id);
+    log.mutable_log()->set_attempt(1);
+    log.mutable_log()->set_stream(v1::STDOUT);
+    log.mutable_log()->set_data("0123456789ab\n");
+    log.mutable_log()->set_end_offset(13 * i);
+    controller_->AgentMessage("a", a.get(), log);
+    EXPECT_EQ(a->WaitFor(Msg::kLogAck).log_ack().seq(), static_cast<uint64_t>(i));
+  }
+  Settle();
+  auto logs = store_->ReadLogs(1, 0, -1, 10);
+  ASSERT_EQ(logs->size(), 2u);  // the first chunk, then one line saying so
+  EXPECT_NE((*logs)[1].data().find("is dropped"), std::string::npos)
+      << (*logs)[1].data();
+}
+
+TEST_F(ControllerTest, RendezvousScopesAreBounded) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  auto start = a->WaitFor(Msg::kStartRanks).start_ranks();
+  v1::RendezvousPutRequest put;
+  put.mutable_scope()->set_job_id(id);
+  put.mutable_scope()->set_attempt(1);
+  put.mutable_scope()->set_token(start.ranks(0).env().at("XL_RENDEZVOUS_TOKEN"));
+  put.set_value(std::string(1 << 20, 'v'));
+  absl::Status st;
+  int i = 0;
+  for (; i < 100 && st.ok(); ++i) {
+    put.set_key(absl::StrCat("k", i));
+    st = controller_->rendezvous()->Put(put);
+  }
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_EQ(i, 64);  // 63 values of 1 MiB (and their keys) fit in 64 MiB
+  // Replacing a value counts only the difference.
+  put.set_key("k0");
+  EXPECT_TRUE(controller_->rendezvous()->Put(put).ok());
+}
+
 // Found in review: each of these failed before its fix.
 
 TEST_F(ControllerTest, AttemptEndedBeforeItsStartWasRecordedHoldsNothing) {
