@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/log.h"
@@ -39,10 +40,30 @@ std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
                                    grpc::InsecureChannelCredentials(), args);
 }
 
-// absl::Mutex's timed waits follow the wall clock, which may step, and an
-// injected clock moves on its own: the lease thread looks again at least this
-// often.
-constexpr absl::Duration kLeaseCheckPeriod = absl::Milliseconds(100);
+// Register.instance_id: 128 random bits, as 32 hex digits.
+std::string NewInstanceId() {
+  std::random_device random;  // /dev/urandom or the CPU's generator.
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(
+        &id, absl::Hex(static_cast<uint32_t>(random()), absl::kZeroPad8));
+  }
+  return id;
+}
+
+// `text` with every run of digits as one '#': a refusal that differs from the
+// last one only in its numbers ("heard from 1.2s ago") is the same refusal.
+std::string WithoutNumbers(absl::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!absl::ascii_isdigit(text[i])) {
+      out.push_back(text[i]);
+    } else if (out.empty() || out.back() != '#') {
+      out.push_back('#');
+    }
+  }
+  return out;
+}
 
 // The heartbeat interval for a RegisterAck: ours, or the scheduler's when
 // shorter, and short enough that a lost heartbeat or two cannot cost the
@@ -91,6 +112,7 @@ std::string Describe(const v1::StartRanks& start) {
 
 Session::Session(SessionOptions options)
     : options_(std::move(options)),
+      instance_id_(NewInstanceId()),
       channel_(MakeChannel(options_)),
       stub_(v1::AgentService::NewStub(channel_)),
       outbox_(options_.max_buffered_log_bytes),
@@ -108,7 +130,9 @@ void Session::Start(RankController* controller) {
 }
 
 void Session::Shutdown(absl::Duration flush_timeout) {
-  const absl::Time deadline = absl::Now() + flush_timeout;
+  // A real wait on the network, whatever clock the session runs on.
+  const Clock& real = *RealClock::Get();
+  const absl::Time deadline = real.MonotonicNow() + flush_timeout;
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return;
@@ -118,20 +142,22 @@ void Session::Shutdown(absl::Duration flush_timeout) {
         return (outbox_.empty() && !write_in_flight_ && unacked_.empty()) ||
                !acked_;
       };
-      mu_.AwaitWithDeadline(absl::Condition(&flushed), deadline);
+      agent::AwaitUntil(&mu_, absl::Condition(&flushed), &ticks_, real,
+                        deadline);
       // ...then the writer half-closes and the scheduler ends the stream,
       // which delivers what was written (a cancel could drop it).
       closing_ = true;
       auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return context_ == nullptr;
       };
-      mu_.AwaitWithDeadline(absl::Condition(&ended), deadline);
+      agent::AwaitUntil(&mu_, absl::Condition(&ended), &ticks_, real, deadline);
     }
     shutdown_ = true;
     closing_ = true;
     connection_done_ = true;
     if (context_ != nullptr) context_->TryCancel();
   }
+  lease_sleeper_.Cancel();
   if (thread_.joinable()) thread_.join();
   if (lease_thread_.joinable()) lease_thread_.join();
 }
@@ -186,6 +212,7 @@ void Session::Run() {
     if (shutdown_ || closing_) return;
     if (registered) {
       backoff = options_.initial_backoff;
+      last_refusal_.clear();
       LogLine(absl::StrCat("lost the scheduler at ", options_.scheduler, " (",
                            status.ToString(), "); reconnecting"));
     }
@@ -194,18 +221,45 @@ void Session::Run() {
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     absl::Duration wait = backoff * jitter(rng);
     if (!registered) {
-      LogLine(absl::StrCat(
-          "cannot reach the scheduler at ", options_.scheduler, " (",
-          status.ToString(), "); retrying in ",
-          absl::FormatDuration(absl::Trunc(wait, absl::Milliseconds(1))),
-          "; check --scheduler and that xl-scheduler runs"));
+      LogFailedAttempt(status, wait);
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
     auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return shutdown_ || closing_;
     };
-    if (mu_.AwaitWithTimeout(absl::Condition(&stopping), wait)) return;
+    if (AwaitUntil(absl::Condition(&stopping),
+                   options_.clock->MonotonicNow() + wait)) {
+      return;
+    }
   }
+}
+
+void Session::LogFailedAttempt(const absl::Status& status,
+                               absl::Duration retry_in) {
+  if (absl::IsAlreadyExists(status)) {
+    // Another agent process serves this node name, or did until lately
+    // (this node's previous agent, not yet timed out): it may go away, so
+    // keep trying, but say it once rather than at every retry.
+    std::string refusal = WithoutNumbers(status.message());
+    if (refusal == last_refusal_) return;
+    last_refusal_ = std::move(refusal);
+    LogLine(absl::StrCat("the scheduler at ", options_.scheduler,
+                         " refuses this agent (instance ", instance_id_, "): ",
+                         status.message(), "; retrying with backoff (at most ",
+                         absl::FormatDuration(options_.max_backoff),
+                         " apart) in case the other agent goes away"));
+    return;
+  }
+  last_refusal_.clear();
+  LogLine(absl::StrCat(
+      "cannot reach the scheduler at ", options_.scheduler, " (",
+      status.ToString(), "); retrying in ",
+      absl::FormatDuration(absl::Trunc(retry_in, absl::Milliseconds(1))),
+      "; check --scheduler and that xl-scheduler runs"));
+}
+
+bool Session::AwaitUntil(const absl::Condition& cond, absl::Time deadline) {
+  return agent::AwaitUntil(&mu_, cond, &ticks_, *options_.clock, deadline);
 }
 
 absl::Status Session::RunConnection(bool* registered) {
@@ -235,6 +289,7 @@ absl::Status Session::RunConnection(bool* registered) {
   reg->set_agent_version(options_.agent_version);
   reg->set_shared_env(true);
   reg->set_honours_lease(true);
+  reg->set_instance_id(instance_id_);
 
   std::thread writer;
   absl::Status result;
@@ -314,7 +369,9 @@ absl::Status Session::RunConnection(bool* registered) {
 }
 
 void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
-  const absl::Time ack_deadline = absl::Now() + options_.register_timeout;
+  const Clock& clock = *options_.clock;
+  const absl::Time ack_deadline =
+      clock.MonotonicNow() + options_.register_timeout;
   absl::Time next_heartbeat = absl::InfinitePast();
   mu_.Lock();
   while (true) {
@@ -331,8 +388,8 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
       return connection_done_ || closing_ || acked_ != was_acked ||
              can_send();
     };
-    absl::Time wake = acked_ ? next_heartbeat : ack_deadline;
-    mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
+    const absl::Time wake = acked_ ? next_heartbeat : ack_deadline;
+    AwaitUntil(absl::Condition(&ready), wake);
     if (connection_done_) break;
     if (closing_) {
       mu_.Unlock();
@@ -341,7 +398,7 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
       break;
     }
     if (!acked_) {
-      if (absl::Now() >= ack_deadline) {
+      if (clock.MonotonicNow() >= ack_deadline) {
         LogLine(absl::StrCat(
             "no RegisterAck from ", options_.scheduler, " within ",
             absl::FormatDuration(options_.register_timeout), "; reconnecting"));
@@ -351,10 +408,11 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
       continue;
     }
     v1::AgentMessage message;
-    const absl::Time now = absl::Now();
+    // Read before the write: an early reading only makes the lease shorter.
+    const absl::Time now = clock.MonotonicNow();
     if (now >= next_heartbeat) {
       message.mutable_heartbeat()->set_seq(++heartbeat_seq_);
-      lease_.HeartbeatSent(heartbeat_seq_, options_.clock->MonotonicNow());
+      lease_.HeartbeatSent(heartbeat_seq_, now);
       next_heartbeat = now + heartbeat_interval_;
     } else if (!can_send() || !outbox_.Pop(&message)) {
       continue;
@@ -428,24 +486,24 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
 }
 
 void Session::WatchLease() {
-  absl::MutexLock lock(&mu_);
-  while (!shutdown_) {
-    const absl::Time now = options_.clock->MonotonicNow();
-    if (lease_.ExpiredAt(now)) {
-      ExpireLease(now);
-      continue;
+  // Sleeps are relative (CLOCK_MONOTONIC): no wall-clock step can keep a
+  // cut-off agent's ranks running past its lease. Each pass also ticks the
+  // session's other timed waits, for the same reason.
+  while (true) {
+    absl::Duration sleep = kTickPeriod;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutdown_) return;
+      ++ticks_;
+      const absl::Time now = options_.clock->MonotonicNow();
+      if (lease_.ExpiredAt(now)) {
+        ExpireLease(now);
+        continue;
+      }
+      // An injected clock may jump past the end: looked at again next tick.
+      sleep = std::min(sleep, lease_.valid_until() - now);
     }
-    // Wakes early when a lease is granted (its end moves in from infinity).
-    const absl::Time until = lease_.valid_until();
-    auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return shutdown_ || lease_.valid_until() < until;
-    };
-    if (!lease_.held()) {
-      mu_.Await(absl::Condition(&woken));
-    } else {
-      mu_.AwaitWithTimeout(absl::Condition(&woken),
-                           std::min(until - now, kLeaseCheckPeriod));
-    }
+    if (!lease_sleeper_.SleepFor(sleep)) return;
   }
 }
 

@@ -6,14 +6,17 @@
 // through the next Register, logs through a bounded buffer. Holds the lease
 // the scheduler grants: when no heartbeat is acknowledged in time, every rank
 // is stopped (so that the scheduler can run it elsewhere) and the session
-// registers again.
+// registers again. Every deadline (heartbeats, lease, register timeout,
+// backoff) is on the clock's MonotonicNow(), so a wall-clock step changes
+// none of them.
 //
 // Threading: Start() runs one session thread (connect, read the stream,
 // dispatch), one lease thread (which watches the lease whatever the stream
-// does) and, per connection, one writer thread (the only one that writes,
-// so one write is in flight). The RankEventSink methods queue and return;
-// they are safe from any thread. Shutdown() is safe from any thread but the
-// session's own.
+// does, and ticks every timed wait of the session; see monotonic_wait.h)
+// and, per connection, one writer thread (the only one that writes, so one
+// write is in flight). The RankEventSink methods queue and return; they are
+// safe from any thread. Shutdown() is safe from any thread but the session's
+// own.
 #ifndef XL_AGENT_SESSION_H_
 #define XL_AGENT_SESSION_H_
 
@@ -27,9 +30,11 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/lease.h"
+#include "agent/monotonic_wait.h"
 #include "agent/outbox.h"
 #include "agent/supervisor.h"
 #include "common/clock.h"
@@ -58,7 +63,9 @@ struct SessionOptions {
   // breaks the stream even when nothing is written.
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);
-  // The lease is measured on its MonotonicNow().
+  // Heartbeats, the lease, the register timeout and the reconnect backoff
+  // are measured on its MonotonicNow(). (Shutdown()'s flush timeout bounds a
+  // real wait on the network: CLOCK_MONOTONIC whatever this is.)
   Clock* clock = RealClock::Get();
 };
 
@@ -91,6 +98,9 @@ class Session : public RankEventSink {
   std::string node() const;
   // Times the lease ran out (and every rank was stopped).
   int lease_expirations() const;
+  // Register.instance_id: 128 random bits in hex, drawn once per Session, so
+  // the same across its reconnects and another for every agent process.
+  const std::string& instance_id() const { return instance_id_; }
 
  private:
   using Stream =
@@ -106,13 +116,23 @@ class Session : public RankEventSink {
   void WatchLease();
   // Lock held on entry and exit; released while the controller is called.
   void ExpireLease(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until `cond` holds (true) or options_.clock->MonotonicNow()
+  // reaches `deadline` (false); see AwaitUntil().
+  bool AwaitUntil(const absl::Condition& cond, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs why a connection failed before its RegisterAck, once per kind of
+  // refusal (a name served by another agent) rather than once per attempt.
+  void LogFailedAttempt(const absl::Status& status, absl::Duration retry_in);
 
   const SessionOptions options_;
+  const std::string instance_id_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
   RankController* controller_ = nullptr;
   std::thread thread_;
   std::thread lease_thread_;
+  // The lease thread's sleeps; cancelled by Shutdown().
+  RelativeSleeper lease_sleeper_;
 
   mutable absl::Mutex mu_;
   Outbox outbox_ ABSL_GUARDED_BY(mu_);
@@ -146,6 +166,13 @@ class Session : public RankEventSink {
   // The lease thread ended the current connection.
   bool lease_ended_connection_ ABSL_GUARDED_BY(mu_) = false;
   int lease_expirations_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bumped by the lease thread every kTickPeriod: ends each timed wait in
+  // time even when a wall-clock step moved Abseil's deadline.
+  uint64_t ticks_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last refusal logged (its digits masked), so that one refusal
+  // repeated at every retry is logged once; cleared by a registration.
+  // Touched by the session thread only.
+  std::string last_refusal_;
 };
 
 }  // namespace xl::agent

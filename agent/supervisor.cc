@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/log.h"
+#include "agent/monotonic_wait.h"
 #include "common/duration.h"
 
 namespace xl::agent {
@@ -259,6 +260,14 @@ void Supervisor::Enqueue(Command command) {
 }
 
 void Supervisor::StartRanks(const v1::StartRanks& request) {
+  {
+    // Counted before the command is queued, so that the loop never settles
+    // a start not yet counted.
+    absl::MutexLock lock(&mu_);
+    for (const v1::RankLaunch& launch : request.ranks()) {
+      ++starting_[RankKey(request.job_id(), request.attempt(), launch.rank())];
+    }
+  }
   Command c;
   c.kind = Command::kStart;
   c.start = request;
@@ -294,8 +303,11 @@ absl::Status Supervisor::StopAll(absl::Duration grace) {
   auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_all_done_ >= ticket && idle_;
   };
-  // Real time: this waits on processes, whatever clock the timers use.
-  if (!mu_.AwaitWithTimeout(absl::Condition(&done), grace + absl::Seconds(5))) {
+  // Real time: this waits on processes, whatever clock the timers use. The
+  // loop's passes (a relative poll() timeout, at most a second) tick it.
+  const Clock& real = *RealClock::Get();
+  if (!AwaitUntil(&mu_, absl::Condition(&done), &passes_, real,
+                  real.MonotonicNow() + grace + absl::Seconds(5))) {
     return absl::DeadlineExceededError(
         "some rank processes survived SIGKILL (stuck in the kernel?); "
         "check with ps -eo pid,pgid,stat,cmd");
@@ -306,9 +318,41 @@ absl::Status Supervisor::StopAll(absl::Duration grace) {
 std::vector<v1::RankStatus> Supervisor::Snapshot() const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::RankStatus> out;
-  out.reserve(statuses_.size());
-  for (const auto& [key, entry] : statuses_) out.push_back(entry.status);
+  out.reserve(statuses_.size() + starting_.size());
+  auto status = statuses_.begin();
+  auto starting = starting_.begin();
+  // Both maps are ordered by (job, attempt, rank): merged, a rank with a
+  // status is reported by that status only.
+  while (status != statuses_.end() || starting != starting_.end()) {
+    if (starting == starting_.end() ||
+        (status != statuses_.end() && status->first <= starting->first)) {
+      if (starting != starting_.end() && status->first == starting->first) {
+        ++starting;
+      }
+      out.push_back(status->second.status);
+      ++status;
+      continue;
+    }
+    // Accepted, not yet run: the scheduler must go on holding its
+    // resources, or it may place another job on them while it starts.
+    v1::RankStatus& placeholder = out.emplace_back();
+    placeholder.set_job_id(std::get<0>(starting->first));
+    placeholder.set_attempt(std::get<1>(starting->first));
+    placeholder.set_rank(std::get<2>(starting->first));
+    placeholder.set_state(v1::RANK_RUNNING);
+    placeholder.set_message("starting");
+    ++starting;
+  }
   return out;
+}
+
+void Supervisor::Settle(const v1::StartRanks& request) {
+  absl::MutexLock lock(&mu_);
+  for (const v1::RankLaunch& launch : request.ranks()) {
+    auto it = starting_.find(
+        RankKey(request.job_id(), request.attempt(), launch.rank()));
+    if (it != starting_.end() && --it->second <= 0) starting_.erase(it);
+  }
 }
 
 void Supervisor::SetStatus(const v1::RankStatus& status) {
@@ -321,7 +365,7 @@ void Supervisor::SetStatus(const v1::RankStatus& status) {
     entry.end_time =
         status.state() == v1::RANK_RUNNING || status.processes_remaining()
             ? absl::InfiniteFuture()
-            : options_.clock->Now();
+            : options_.clock->MonotonicNow();
   }
   sink_->OnRankStatus(status);
 }
@@ -397,9 +441,10 @@ void Supervisor::Loop() {
   }
   // Reap the leaders and whatever they left behind (orphans come to this
   // process as the subreaper), so no zombie keeps a group alive.
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  const Clock& real = *RealClock::Get();
+  const absl::Time deadline = real.MonotonicNow() + absl::Seconds(2);
   for (auto& [key, process] : processes_) {
-    while (GroupAlive(process->pid) && absl::Now() < deadline) {
+    while (GroupAlive(process->pid) && real.MonotonicNow() < deadline) {
       int st;
       if (::waitpid(-1, &st, WNOHANG) <= 0)
         absl::SleepFor(absl::Milliseconds(1));
@@ -451,6 +496,7 @@ void Supervisor::DropDeferred(const std::string& job_id, int attempt, bool all,
     for (const v1::RankLaunch& launch : it->request.ranks()) {
       FailToStart(it->request, launch.rank(), message);
     }
+    Settle(it->request);
     it = deferred_.erase(it);
   }
 }
@@ -460,6 +506,7 @@ void Supervisor::HandleStartRanks(const v1::StartRanks& request) {
     for (const v1::RankLaunch& launch : request.ranks()) {
       FailToStart(request, launch.rank(), message);
     }
+    Settle(request);
   };
   if (refuse_starts_) return fail_all("the agent is shutting down");
   if (!SafePathComponent(request.job_id())) {
@@ -479,8 +526,12 @@ void Supervisor::HandleStartRanks(const v1::StartRanks& request) {
                                    " of the job already ran here"));
     }
   }
-  if (!TryStart(request, /*force=*/false)) {
-    deferred_.push_back({request, options_.clock->Now() + absl::Seconds(10)});
+  if (TryStart(request, /*force=*/false)) {
+    Settle(request);
+  } else {
+    // Still "starting" in Snapshot() until it runs or is dropped.
+    deferred_.push_back(
+        {request, options_.clock->MonotonicNow() + absl::Seconds(10)});
   }
 }
 
@@ -722,7 +773,7 @@ void Supervisor::Launch(const v1::StartRanks& request,
 void Supervisor::HandleStop(const std::string& job_id, int attempt,
                             std::optional<absl::Duration> grace_or_own,
                             bool all) {
-  const absl::Time now = options_.clock->Now();
+  const absl::Time now = options_.clock->MonotonicNow();
   for (auto& [key, process] : processes_) {
     if (!all && (std::get<0>(key) != job_id || std::get<1>(key) > attempt)) {
       continue;
@@ -793,7 +844,7 @@ void Supervisor::AppendOutput(Process& process, Output& output,
   if (output.pending.empty()) {
     output.pending_since = absl::InfiniteFuture();
   } else if (emitted || !had_pending) {
-    output.pending_since = options_.clock->Now();
+    output.pending_since = options_.clock->MonotonicNow();
   }
 }
 
@@ -897,7 +948,7 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
     // A rank's processes live as long as the rank: stop what it left.
     ::kill(-process.pid, SIGTERM);
     process.stopping = true;
-    process.kill_deadline = options_.clock->Now() + process.grace;
+    process.kill_deadline = options_.clock->MonotonicNow() + process.grace;
   }
 }
 
@@ -908,7 +959,7 @@ void Supervisor::OnGroupGone(Process& process) {
 }
 
 void Supervisor::RunTimers() {
-  const absl::Time now = options_.clock->Now();
+  const absl::Time now = options_.clock->MonotonicNow();
   for (auto& [key, process] : processes_) {
     if (process->stopping && !process->sigkill_sent &&
         now >= process->kill_deadline) {
@@ -962,6 +1013,7 @@ void Supervisor::RunTimers() {
                            it->request.attempt(), " anyway"));
     }
     if (TryStart(it->request, force)) {
+      Settle(it->request);
       it = deferred_.erase(it);
     } else {
       ++it;
@@ -978,7 +1030,7 @@ void Supervisor::RunTimers() {
 }
 
 absl::Duration Supervisor::NextTimeout() {
-  const absl::Time now = options_.clock->Now();
+  const absl::Time now = options_.clock->MonotonicNow();
   absl::Time next = now + absl::Seconds(1);
   for (const auto& [key, process] : processes_) {
     if (process->stopping && !process->sigkill_sent) {
@@ -1004,6 +1056,7 @@ void Supervisor::UpdateLiveness() {
   absl::MutexLock lock(&mu_);
   idle_ = idle;
   stop_all_done_ = stop_all_handled_;
+  ++passes_;
 }
 
 bool Supervisor::AnyAlive() const {

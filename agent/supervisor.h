@@ -69,8 +69,10 @@ class RankController {
   // its own job, and drops starts still waiting for an older attempt to end
   // (RANK_FAILED_TO_START with `reason`). Later StartRanks run as usual.
   virtual void StopAllRanks(const std::string& reason) = 0;
-  // The status of every rank known: running ones and those that exited in the
-  // retention window.
+  // The status of every rank known: running ones, those that exited in the
+  // retention window, and those of every start accepted that has not
+  // produced a status yet (RANK_RUNNING, pid 0, message "starting": the
+  // scheduler must keep holding their resources).
   virtual std::vector<v1::RankStatus> Snapshot() const = 0;
 };
 
@@ -80,8 +82,10 @@ struct SupervisorOptions {
   std::string work_dir;
   // XL_CHECKPOINT_DIR of a rank is <scratch_dir>/checkpoints/<job_id>.
   std::string scratch_dir;
-  // Timestamps, grace and flush timers, retention. Timers are checked at
-  // least once a second and on every event.
+  // Now() for the timestamps of output and metrics; MonotonicNow() for the
+  // grace and flush timers, the deferred starts' deadline and retention, so
+  // that a wall-clock step moves none of them. Timers are checked at least
+  // once a second and on every event.
   Clock* clock = RealClock::Get();
   // Exited ranks stay in Snapshot() this long.
   absl::Duration exited_retention = absl::Hours(1);
@@ -130,7 +134,9 @@ class Supervisor : public RankController {
   void StopAllRanks(const std::string& reason) override;
 
   // The latest status of each rank (RANK_EXITED keeps processes_remaining
-  // while its group lives).
+  // while its group lives), and RANK_RUNNING pid 0 "starting" for each rank
+  // of a StartRanks accepted (queued, or deferred behind an older attempt)
+  // that has no status yet.
   std::vector<v1::RankStatus> Snapshot() const override;
 
   // Stops every rank as StopJob does, refuses later StartRanks, and blocks
@@ -178,6 +184,9 @@ class Supervisor : public RankController {
   void RunTimers();
   absl::Duration NextTimeout();
   void SetStatus(const v1::RankStatus& status);
+  // The supervisor is done with `request`: each of its ranks has a status
+  // (launched, failed, or known before). Ends their "starting" placeholders.
+  void Settle(const v1::StartRanks& request);
   void FailToStart(const v1::StartRanks& request, int rank,
                    const std::string& message);
   void UpdateLiveness();
@@ -189,6 +198,12 @@ class Supervisor : public RankController {
   mutable absl::Mutex mu_;
   std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
   std::map<RankKey, StatusEntry> statuses_ ABSL_GUARDED_BY(mu_);
+  // Per rank, the StartRanks accepted by StartRanks() and not yet settled:
+  // Snapshot() reports such a rank as starting until it has a status.
+  std::map<RankKey, int> starting_ ABSL_GUARDED_BY(mu_);
+  // Loop passes; each ends StopAll()'s wait, which then reads the monotonic
+  // clock again (see monotonic_wait.h).
+  uint64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
   // Number of StopAll commands the loop has handled.
   int stop_all_done_ ABSL_GUARDED_BY(mu_) = 0;

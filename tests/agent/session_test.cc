@@ -11,13 +11,16 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/lease.h"
+#include "agent/monotonic_wait.h"
 #include "agent/outbox.h"
 #include "agent/supervisor.h"
+#include "common/clock.h"
 #include "common/duration.h"
 #include "xl/v1/agent.grpc.pb.h"
 
@@ -31,7 +34,8 @@ constexpr absl::Duration kWait = absl::Seconds(4);
 // A scheduler's AgentService that acknowledges registrations and (unless
 // told not to) log chunks and heartbeats, records every message, and lets
 // the test send commands down the current stream. It grants a lease when
-// given one.
+// given one, and refuses every Register when told to (as the scheduler does
+// when another agent serves the node name).
 class FakeScheduler final : public v1::AgentService::Service {
  public:
   using Stream =
@@ -43,6 +47,13 @@ class FakeScheduler final : public v1::AgentService::Service {
     {
       absl::MutexLock lock(&mu_);
       received_.push_back(message);
+      if (!refusal_.empty()) {
+        // The numbers change at every attempt, as the real scheduler's
+        // "heard from ... ago" does.
+        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                            absl::StrCat(refusal_, " (heard from ",
+                                         ++refusals_ * 7, "ms ago)"));
+      }
     }
     v1::SchedulerMessage ack;
     bool log_acks = true;
@@ -115,6 +126,13 @@ class FakeScheduler final : public v1::AgentService::Service {
     ack_heartbeats_ = ack;
   }
 
+  // Answers every Register with ALREADY_EXISTS and `message` (plus a number
+  // that changes); empty: accepts them again.
+  void set_refusal(const std::string& message) {
+    absl::MutexLock lock(&mu_);
+    refusal_ = message;
+  }
+
   // Breaks the current stream, as a scheduler restart would.
   void Break() {
     absl::MutexLock lock(&mu_);
@@ -151,6 +169,8 @@ class FakeScheduler final : public v1::AgentService::Service {
   bool log_acks_capability_ ABSL_GUARDED_BY(mu_) = true;
   bool ack_heartbeats_ ABSL_GUARDED_BY(mu_) = true;
   absl::Duration lease_ ABSL_GUARDED_BY(mu_);
+  std::string refusal_ ABSL_GUARDED_BY(mu_);
+  int refusals_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A gRPC server around a FakeScheduler; `port` 0 picks a free port.
@@ -253,6 +273,26 @@ bool WaitRegistrations(const Session& session, int n) {
     absl::SleepFor(absl::Milliseconds(2));
   }
   return session.registrations() >= n;
+}
+
+// Polls `pred` until it holds; false at the deadline. For state that has no
+// wait of its own.
+template <typename Pred>
+bool WaitUntil(Pred pred, absl::Duration timeout = kWait) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!pred() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return pred();
+}
+
+// Register.instance_id of every Register among `ms`, in order.
+std::vector<std::string> InstanceIds(const std::vector<v1::AgentMessage>& ms) {
+  std::vector<std::string> ids;
+  for (const auto& m : ms) {
+    if (m.has_register_()) ids.push_back(m.register_().instance_id());
+  }
+  return ids;
 }
 
 // Counts messages of one kind among `ms`.
@@ -475,6 +515,78 @@ TEST(SessionTest, ReconnectsAfterTheStreamBreaks) {
   EXPECT_TRUE(scheduler.WaitFor([](const auto& ms) {
     return CountOf(ms, v1::AgentMessage::kRegister) >= 2;
   }));
+}
+
+// One agent process, one instance id: the same on every reconnect of a
+// Session, another for another Session (another agent process).
+TEST(SessionTest, InstanceIdIsOnePerSessionAndKeptAcrossReconnects) {
+  FakeScheduler scheduler;
+  Server server(&scheduler);
+  FakeController controller;
+  std::string first_id;
+  {
+    Session session(Options(server.port()));
+    session.Start(&controller);
+    ASSERT_TRUE(WaitRegistrations(session, 1));
+    scheduler.Break();
+    ASSERT_TRUE(WaitRegistrations(session, 2));
+    scheduler.Break();
+    ASSERT_TRUE(WaitRegistrations(session, 3));
+    std::vector<std::string> ids = InstanceIds(scheduler.received());
+    ASSERT_EQ(ids.size(), 3u);
+    first_id = ids[0];
+    EXPECT_THAT(first_id, ::testing::MatchesRegex("[0-9a-f]{32}"));
+    EXPECT_EQ(ids[1], first_id);
+    EXPECT_EQ(ids[2], first_id);
+    EXPECT_EQ(session.instance_id(), first_id);
+  }
+  Session second(Options(server.port()));
+  second.Start(&controller);
+  ASSERT_TRUE(WaitRegistrations(second, 1));
+  std::vector<std::string> ids = InstanceIds(scheduler.received());
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_THAT(ids[3], ::testing::MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_NE(ids[3], first_id);
+}
+
+// The scheduler refuses the name (another agent serves it): the agent says
+// so once, not at every retry, and keeps retrying until the other goes.
+TEST(SessionTest, RefusedNameIsLoggedOnceAndRetriedUntilFree) {
+  FakeScheduler scheduler;
+  const std::string refusal =
+      "register.name: node node-a is already served by another xl-agent";
+  scheduler.set_refusal(refusal);
+  Server server(&scheduler);
+  FakeController controller;
+  SessionOptions options = Options(server.port());
+  options.initial_backoff = absl::Milliseconds(5);
+  options.max_backoff = absl::Milliseconds(20);
+  ::testing::internal::CaptureStderr();
+  std::string log;
+  {
+    Session session(options);
+    session.Start(&controller);
+    const bool refused_often = scheduler.WaitFor([](const auto& ms) {
+      return CountOf(ms, v1::AgentMessage::kRegister) >= 5;
+    });
+    EXPECT_EQ(session.registrations(), 0);
+    scheduler.set_refusal("");  // The other agent went away.
+    const bool registered = WaitRegistrations(session, 1);
+    session.Shutdown(absl::ZeroDuration());
+    log = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(refused_often);
+    ASSERT_TRUE(registered);
+  }
+  // The message, word for word, with who refused and this agent's id.
+  size_t first = log.find(refusal);
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find(refusal, first + 1), std::string::npos)
+      << "logged more than once:\n"
+      << log;
+  EXPECT_THAT(log, HasSubstr("refuses this agent (instance "));
+  EXPECT_THAT(log, HasSubstr("in case the other agent goes away"));
+  // Not mistaken for an unreachable scheduler.
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("cannot reach")));
 }
 
 TEST(SessionTest, RetriesUntilTheSchedulerAppears) {
@@ -756,6 +868,136 @@ TEST(SessionLeaseTest, LeaseExpiresWhileReconnecting) {
   ASSERT_EQ(reg.ranks_size(), 1);
   EXPECT_EQ(reg.ranks(0).state(), v1::RANK_EXITED);
   EXPECT_EQ(reg.ranks(0).signal(), SIGTERM);
+}
+
+// A wall-clock step moves no heartbeat: on a fake clock that stands still
+// none is due, whichever way the wall clock steps; each Advance() by the
+// interval brings one.
+TEST(SessionClockTest, WallStepsNeitherStallNorHurryHeartbeats) {
+  FakeScheduler scheduler;  // Asks for a heartbeat every 50 ms.
+  Server server(&scheduler);
+  FakeController controller;
+  FakeClock clock;
+  SessionOptions options = Options(server.port());
+  options.clock = &clock;
+  Session session(options);
+  session.Start(&controller);
+  auto heartbeats = [](int n) {
+    return [n](const std::vector<v1::AgentMessage>& ms) {
+      return CountOf(ms, v1::AgentMessage::kHeartbeat) >= n;
+    };
+  };
+  // The first goes at once after the RegisterAck.
+  ASSERT_TRUE(scheduler.WaitFor(heartbeats(1)));
+  // Time stands still (the real clock runs): nothing is due.
+  EXPECT_FALSE(scheduler.WaitFor(heartbeats(2), absl::Milliseconds(200)));
+  clock.StepWall(absl::Hours(1));
+  EXPECT_FALSE(scheduler.WaitFor(heartbeats(2), absl::Milliseconds(200)));
+  clock.Advance(absl::Milliseconds(50));
+  EXPECT_TRUE(scheduler.WaitFor(heartbeats(2)));
+  clock.StepWall(-absl::Hours(2));
+  clock.Advance(absl::Milliseconds(50));
+  EXPECT_TRUE(scheduler.WaitFor(heartbeats(3)));
+  EXPECT_FALSE(scheduler.WaitFor(heartbeats(4), absl::Milliseconds(100)));
+}
+
+// The lease is measured on the monotonic clock: a step forward does not end
+// it early, a step back does not make it last longer.
+TEST(SessionClockTest, WallStepsNeitherShortenNorLengthenTheLease) {
+  FakeScheduler scheduler;
+  scheduler.set_lease(absl::Seconds(10));
+  scheduler.set_ack_heartbeats(false);  // Only the Register renews it.
+  Server server(&scheduler);
+  FakeController controller;
+  FakeClock clock;
+  SessionOptions options = Options(server.port());
+  options.clock = &clock;
+  Session session(options);
+  session.Start(&controller);
+  ASSERT_TRUE(WaitRegistrations(session, 1));
+  auto expired = [&session] { return session.lease_expirations() > 0; };
+
+  clock.StepWall(absl::Hours(1));
+  EXPECT_FALSE(WaitUntil(expired, absl::Milliseconds(200)));
+  clock.StepWall(-absl::Hours(2));
+  clock.Advance(absl::Seconds(10) - absl::Milliseconds(1));
+  EXPECT_FALSE(WaitUntil(expired, absl::Milliseconds(200)));
+  clock.Advance(absl::Milliseconds(1));
+  EXPECT_TRUE(WaitUntil(expired));
+  EXPECT_EQ(session.lease_expirations(), 1);
+}
+
+// The waits behind both: Abseil's timed waits end at an absolute wall time,
+// which a step back makes late (here: an hour away); a tick ends the wait
+// anyway and the deadline is read again on the monotonic clock.
+TEST(MonotonicWaitTest, ATickEndsAWaitWhoseDeadlinePassedOnTheClock) {
+  FakeClock clock;
+  absl::Mutex mu;
+  uint64_t ticks = 0;
+  bool ready = false;
+  int evaluations = 0;
+  auto is_ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    ++evaluations;
+    return ready;
+  };
+  bool returned = false;
+  bool result = true;
+  const absl::Time deadline = clock.MonotonicNow() + absl::Hours(1);
+  std::thread waiter([&] {
+    absl::MutexLock lock(&mu);
+    result =
+        AwaitUntil(&mu, absl::Condition(&is_ready), &ticks, clock, deadline);
+    returned = true;
+  });
+  // Once the waiter has looked at its condition and let go of the lock, it
+  // waits inside Abseil for an hour of real time.
+  auto waiting = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return evaluations > 0;
+  };
+  mu.LockWhen(absl::Condition(&waiting));
+  clock.Advance(absl::Hours(1));
+  ++ticks;
+  const bool in_time =
+      mu.AwaitWithTimeout(absl::Condition(&returned), absl::Seconds(2));
+  if (!in_time) ready = true;  // Frees the waiter, so that the test ends.
+  mu.Await(absl::Condition(&returned));
+  mu.Unlock();
+  waiter.join();
+  EXPECT_TRUE(in_time) << "the wait outlived its deadline";
+  EXPECT_FALSE(result);
+}
+
+TEST(MonotonicWaitTest, ReturnsOnceTheConditionHolds) {
+  FakeClock clock;
+  absl::Mutex mu;
+  uint64_t ticks = 0;
+  bool ready = false;
+  std::thread setter([&] {
+    absl::MutexLock lock(&mu);
+    ready = true;
+  });
+  absl::MutexLock lock(&mu);
+  EXPECT_TRUE(AwaitUntil(&mu, absl::Condition(&ready), &ticks, clock,
+                         clock.MonotonicNow() + absl::Hours(1)));
+  mu.Unlock();
+  setter.join();
+  mu.Lock();
+}
+
+TEST(RelativeSleeperTest, SleepsForTheDurationAndEndsWhenCancelled) {
+  RelativeSleeper sleeper;
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(sleeper.SleepFor(absl::Milliseconds(20)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  bool slept = true;
+  std::thread sleeping([&] { slept = sleeper.SleepFor(absl::Hours(1)); });
+  // Lets the sleep begin, so that Cancel() has one to end (the test passes
+  // either way; it only shows something when it has).
+  absl::SleepFor(absl::Milliseconds(20));
+  sleeper.Cancel();
+  sleeping.join();  // Hangs for an hour (the test times out) if broken.
+  EXPECT_FALSE(slept);
+  EXPECT_FALSE(sleeper.SleepFor(absl::Milliseconds(1)));
 }
 
 TEST(LeaseTest, NoneUntilGrantedAndNoneWhenGrantedZero) {

@@ -3,6 +3,7 @@
 // supervisor itself never runs a shell.
 #include "agent/supervisor.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,7 +11,9 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/duration.h"
 
 namespace xl::agent {
@@ -88,20 +92,24 @@ class RecordingSink : public RankEventSink {
     return found;
   }
 
-  // The pid of a running rank, once it is running.
-  int WaitRunning(const std::string& job, int attempt, int rank) {
+  // The pid of a running rank, once it is running; 0 when it is not by the
+  // deadline.
+  int WaitRunning(const std::string& job, int attempt, int rank,
+                  absl::Duration timeout = kWait) {
     int pid = 0;
-    WaitFor([&](const std::vector<Event>& events) {
-      for (const Event& e : events) {
-        if (e.is_status && e.status.job_id() == job &&
-            e.status.attempt() == attempt && e.status.rank() == rank &&
-            e.status.state() == v1::RANK_RUNNING) {
-          pid = e.status.pid();
-          return true;
-        }
-      }
-      return false;
-    });
+    WaitFor(
+        [&](const std::vector<Event>& events) {
+          for (const Event& e : events) {
+            if (e.is_status && e.status.job_id() == job &&
+                e.status.attempt() == attempt && e.status.rank() == rank &&
+                e.status.state() == v1::RANK_RUNNING) {
+              pid = e.status.pid();
+              return true;
+            }
+          }
+          return false;
+        },
+        timeout);
     return pid;
   }
 
@@ -160,6 +168,16 @@ class TempDir {
 };
 
 bool GroupGone(int pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+// Polls `pred` until it holds; false at the deadline.
+template <typename Pred>
+bool WaitUntil(Pred pred, absl::Duration timeout = kWait) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!pred() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred();
+}
 
 // Polls until the process group is gone; false at the deadline.
 bool WaitGroupGone(int pgid, absl::Duration timeout = kWait) {
@@ -662,6 +680,12 @@ TEST(SupervisorRetentionTest, ExitedRanksArePrunedAfterTheRetention) {
   supervisor.StartRanks(start);
   sink.WaitEnd("old", 1, 0);
   EXPECT_EQ(supervisor.Snapshot().size(), 1u);
+  // Retention is measured on the monotonic clock: wall steps change nothing.
+  clock.StepWall(absl::Hours(2));
+  supervisor.StopJob(v1::StopJob());
+  EXPECT_FALSE(WaitUntil([&] { return supervisor.Snapshot().empty(); },
+                         absl::Milliseconds(200)));
+  clock.StepWall(-absl::Hours(4));
   clock.Advance(absl::Minutes(59));
   supervisor.StopJob(v1::StopJob());  // Any command wakes the loop.
   EXPECT_EQ(supervisor.Snapshot().size(), 1u);
@@ -672,6 +696,309 @@ TEST(SupervisorRetentionTest, ExitedRanksArePrunedAfterTheRetention) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_TRUE(supervisor.Snapshot().empty());
+}
+
+v1::StartRanks ShellJob(const std::string& job, int attempt,
+                        const std::string& script,
+                        std::vector<int> ranks = {0}) {
+  v1::StartRanks start;
+  start.set_job_id(job);
+  start.set_attempt(attempt);
+  for (const char* a : {"/bin/sh", "-c"}) start.add_argv(a);
+  start.add_argv(script);
+  for (int r : ranks) start.add_ranks()->set_rank(r);
+  return start;
+}
+
+// The grace before SIGKILL and the flush of a partial line are measured on
+// the monotonic clock: wall steps neither fire nor delay them.
+TEST(SupervisorClockTest, GraceAndPartialLineFollowTheMonotonicClock) {
+  TempDir dir;
+  FakeClock clock;
+  RecordingSink sink;
+  SupervisorOptions options;
+  options.work_dir = dir.path();
+  options.scratch_dir = dir.path();
+  options.clock = &clock;
+  Supervisor supervisor(options, &sink);
+  ASSERT_TRUE(supervisor.Start().ok());
+  // "ready\n" and the partial "abc" come in one write: once "ready" is out,
+  // "abc" waits for its newline. SIGTERM is answered on stderr, and the
+  // rank goes on (checkpointing).
+  supervisor.StartRanks(
+      ShellJob("ckpt", 1,
+               "trap 'echo term >&2' TERM; printf 'ready\\nabc'; "
+               "while :; do sleep 1; done"));
+  const int pid = sink.WaitRunning("ckpt", 1, 0);
+  ASSERT_TRUE(sink.WaitOutput("ckpt", 0, "ready\n"));
+  v1::StopJob stop;
+  stop.set_job_id("ckpt");
+  stop.set_attempt(1);
+  *stop.mutable_grace_period() = ToProtoDuration(absl::Seconds(10));
+  supervisor.StopJob(stop);
+  ASSERT_TRUE(sink.WaitOutput("ckpt", 0, "term\n"));  // The grace runs.
+  auto ended = [](const std::vector<RecordingSink::Event>& events) {
+    for (const RecordingSink::Event& e : events) {
+      if (e.is_status && e.status.state() == v1::RANK_EXITED) return true;
+    }
+    return false;
+  };
+
+  clock.StepWall(absl::Hours(1));
+  supervisor.StopJob(v1::StopJob());  // Any command wakes the loop.
+  EXPECT_FALSE(sink.WaitFor(ended, absl::Milliseconds(300)))
+      << "SIGKILLed during its grace by a wall-clock step";
+  EXPECT_EQ(sink.Output("ckpt", 0, v1::STDOUT), "ready\n");
+
+  clock.StepWall(-absl::Hours(2));
+  clock.Advance(absl::Milliseconds(100));  // The partial-line delay.
+  supervisor.StopJob(v1::StopJob());
+  EXPECT_TRUE(sink.WaitOutput("ckpt", 0, "abc"));
+  EXPECT_FALSE(sink.WaitFor(ended, absl::Milliseconds(100)));
+
+  clock.Advance(absl::Seconds(10));  // The grace.
+  supervisor.StopJob(v1::StopJob());
+  EXPECT_EQ(sink.WaitEnd("ckpt", 1, 0).signal(), SIGKILL);
+  EXPECT_TRUE(WaitGroupGone(pid));
+}
+
+// A process of `pgid`'s group that SIGKILL cannot remove: a zombie whose
+// parent (a child of the test, outside the group) does not reap it. Keeps
+// an attempt "alive" for the supervisor until Release().
+class GroupHolder {
+ public:
+  explicit GroupHolder(pid_t pgid) {
+    int release[2], ready[2];
+    if (pipe2(release, O_CLOEXEC) != 0 || pipe2(ready, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "pipe: " << strerror(errno);
+      return;
+    }
+    parent_ = fork();
+    if (parent_ == 0) {
+      // Async-signal-safe calls only from here (the test has threads).
+      close(release[1]);
+      close(ready[0]);
+      pid_t zombie = fork();
+      if (zombie == 0) {
+        char ok = setpgid(0, pgid) == 0 ? 'y' : 'n';
+        ssize_t ignored = write(ready[1], &ok, 1);
+        (void)ignored;
+        _exit(0);
+      }
+      close(ready[1]);
+      char c;
+      while (read(release[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      _exit(0);  // The zombie goes to the subreaper, which reaps it.
+    }
+    close(release[0]);
+    close(ready[1]);
+    release_ = release[1];
+    char ok = 'n';
+    EXPECT_EQ(read(ready[0], &ok, 1), 1);
+    EXPECT_EQ(ok, 'y') << "the zombie could not join group " << pgid;
+    close(ready[0]);
+  }
+  ~GroupHolder() { Release(); }
+  void Release() {
+    if (release_ >= 0) close(release_);
+    release_ = -1;
+  }
+
+ private:
+  pid_t parent_ = -1;  // Reaped by the supervisor, which reaps every child.
+  int release_ = -1;
+};
+
+// `job`'s status of `attempt`, `rank` in `snapshot`, and how many there are.
+std::vector<v1::RankStatus> Find(const std::vector<v1::RankStatus>& snapshot,
+                                 const std::string& job, int attempt,
+                                 int rank) {
+  std::vector<v1::RankStatus> found;
+  for (const v1::RankStatus& s : snapshot) {
+    if (s.job_id() == job && s.attempt() == attempt && s.rank() == rank) {
+      found.push_back(s);
+    }
+  }
+  return found;
+}
+
+bool IsStarting(const v1::RankStatus& s) {
+  return s.state() == v1::RANK_RUNNING && s.pid() == 0 &&
+         s.message() == "starting";
+}
+
+class SupervisorStartingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.work_dir = dir_.path();
+    options_.scratch_dir = dir_.path();
+    options_.clock = &clock_;
+    supervisor_ = std::make_unique<Supervisor>(options_, &sink_);
+    ASSERT_TRUE(supervisor_->Start().ok());
+  }
+  void TearDown() override {
+    if (supervisor_ != nullptr) {
+      EXPECT_TRUE(supervisor_->StopAll(absl::Seconds(1)).ok());
+    }
+  }
+
+  // Starts attempt 1 of `job`, then holds its group alive so that attempt 2
+  // is deferred behind it, and queues attempt 2. Returns attempt 1's pid.
+  int StartDeferred(const std::string& job,
+                    std::unique_ptr<GroupHolder>* holder) {
+    supervisor_->StartRanks(ShellJob(job, 1, "exec sleep 100"));
+    const int old_pid = sink_.WaitRunning(job, 1, 0);
+    EXPECT_GT(old_pid, 0);
+    *holder = std::make_unique<GroupHolder>(old_pid);
+    supervisor_->StartRanks(ShellJob(job, 2, "exec sleep 100"));
+    // The new attempt SIGKILLed the old one, which is gone but for the
+    // zombie: attempt 2 waits.
+    EXPECT_EQ(sink_.WaitEnd(job, 1, 0).signal(), SIGKILL);
+    return old_pid;
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  RecordingSink sink_;
+  SupervisorOptions options_;
+  std::unique_ptr<Supervisor> supervisor_;
+};
+
+// A start waiting for an older attempt to die is reported as starting (the
+// scheduler keeps its GPUs held), a wall-clock step does not hurry it past
+// its wait for the old attempt, and it shows its real status once it runs.
+TEST_F(SupervisorStartingTest, DeferredStartIsStartingUntilItRuns) {
+  std::unique_ptr<GroupHolder> holder;
+  StartDeferred("re", &holder);
+  std::vector<v1::RankStatus> starting =
+      Find(supervisor_->Snapshot(), "re", 2, 0);
+  ASSERT_EQ(starting.size(), 1u);
+  EXPECT_TRUE(IsStarting(starting[0])) << starting[0].DebugString();
+
+  // The deferred start gives up waiting after 10 s of monotonic time only.
+  clock_.StepWall(absl::Hours(1));
+  EXPECT_EQ(sink_.WaitRunning("re", 2, 0, absl::Milliseconds(300)), 0);
+  starting = Find(supervisor_->Snapshot(), "re", 2, 0);
+  ASSERT_EQ(starting.size(), 1u);
+  EXPECT_TRUE(IsStarting(starting[0])) << starting[0].DebugString();
+
+  holder->Release();  // The old attempt is gone at last.
+  const int pid = sink_.WaitRunning("re", 2, 0);
+  ASSERT_GT(pid, 0);
+  std::vector<v1::RankStatus> running =
+      Find(supervisor_->Snapshot(), "re", 2, 0);
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].state(), v1::RANK_RUNNING);
+  EXPECT_EQ(running[0].pid(), pid);
+  EXPECT_EQ(running[0].message(), "");
+}
+
+// A StopJob or StopAllRanks that cancels a deferred start ends it with
+// RANK_FAILED_TO_START, and nothing of it stays "starting", even once the
+// failure has left the retention window.
+TEST_F(SupervisorStartingTest, CancelledDeferredStartEndsAsFailedToStart) {
+  std::unique_ptr<GroupHolder> holder_a, holder_b;
+  StartDeferred("a", &holder_a);
+  StartDeferred("b", &holder_b);
+  v1::StopJob stop;
+  stop.set_job_id("a");
+  stop.set_attempt(2);
+  stop.set_reason("cancelled");
+  supervisor_->StopJob(stop);
+  v1::RankStatus a = sink_.WaitEnd("a", 2, 0);
+  EXPECT_EQ(a.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(a.message(), HasSubstr("stopped before it started: cancelled"));
+  supervisor_->StopAllRanks("the lease expired");
+  v1::RankStatus b = sink_.WaitEnd("b", 2, 0);
+  EXPECT_EQ(b.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(b.message(), HasSubstr("the lease expired"));
+  for (const std::string job : {"a", "b"}) {
+    std::vector<v1::RankStatus> found =
+        Find(supervisor_->Snapshot(), job, 2, 0);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].state(), v1::RANK_FAILED_TO_START);
+  }
+
+  holder_a->Release();
+  holder_b->Release();
+  ASSERT_TRUE(sink_.WaitFor([](const std::vector<RecordingSink::Event>& ev) {
+    int gone = 0;  // Attempt 1 of each job, reported again once its group went.
+    for (const RecordingSink::Event& e : ev) {
+      gone += e.is_status && e.status.attempt() == 1 &&
+              e.status.state() == v1::RANK_EXITED &&
+              !e.status.processes_remaining();
+    }
+    return gone == 2;
+  }));
+  clock_.Advance(absl::Hours(1) + absl::Minutes(1));  // Past the retention.
+  supervisor_->StopJob(v1::StopJob());                // Wakes the loop.
+  EXPECT_TRUE(WaitUntil([this] { return supervisor_->Snapshot().empty(); }))
+      << "left in the snapshot: " << supervisor_->Snapshot().size();
+}
+
+// Holds the supervisor thread in OnRankStatus for job "gate" until Open().
+class GatedSink : public RecordingSink {
+ public:
+  void OnRankStatus(const v1::RankStatus& status) override {
+    if (status.job_id() == "gate") {
+      absl::MutexLock lock(&gate_mu_);
+      held_ = true;
+      // Bounded, so that a failing test cannot hang.
+      gate_mu_.AwaitWithTimeout(absl::Condition(&open_), kWait);
+    }
+    RecordingSink::OnRankStatus(status);
+  }
+  bool WaitHeld() {
+    absl::MutexLock lock(&gate_mu_);
+    return gate_mu_.AwaitWithTimeout(absl::Condition(&held_), kWait);
+  }
+  void Open() {
+    absl::MutexLock lock(&gate_mu_);
+    open_ = true;
+  }
+
+ private:
+  absl::Mutex gate_mu_;
+  bool held_ ABSL_GUARDED_BY(gate_mu_) = false;
+  bool open_ ABSL_GUARDED_BY(gate_mu_) = false;
+};
+
+// A StartRanks is in the snapshot as soon as StartRanks() returns, before
+// the supervisor thread (here held in the sink) has even read it.
+TEST(SupervisorQueuedStartTest, QueuedStartIsInTheSnapshotAtOnce) {
+  TempDir dir;
+  GatedSink sink;
+  SupervisorOptions options;
+  options.work_dir = dir.path();
+  options.scratch_dir = dir.path();
+  Supervisor supervisor(options, &sink);
+  ASSERT_TRUE(supervisor.Start().ok());
+  supervisor.StartRanks(ShellJob("gate", 1, "exec sleep 100"));
+  ASSERT_TRUE(sink.WaitHeld());
+
+  supervisor.StartRanks(ShellJob("queued", 1, "exec sleep 100", {0, 1, 2}));
+  std::vector<v1::RankStatus> snapshot = supervisor.Snapshot();
+  for (int rank : {0, 1, 2}) {
+    std::vector<v1::RankStatus> found = Find(snapshot, "queued", 1, rank);
+    ASSERT_EQ(found.size(), 1u) << "rank " << rank;
+    EXPECT_TRUE(IsStarting(found[0])) << found[0].DebugString();
+  }
+  std::vector<v1::RankStatus> gate = Find(snapshot, "gate", 1, 0);
+  ASSERT_EQ(gate.size(), 1u);
+  EXPECT_GT(gate[0].pid(), 0);  // Launched: its real status only.
+
+  sink.Open();
+  for (int rank : {0, 1, 2}) {
+    const int pid = sink.WaitRunning("queued", 1, rank);
+    ASSERT_GT(pid, 0);
+    std::vector<v1::RankStatus> found =
+        Find(supervisor.Snapshot(), "queued", 1, rank);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].pid(), pid);
+    EXPECT_EQ(found[0].message(), "");
+  }
+  EXPECT_TRUE(supervisor.StopAll(absl::Seconds(1)).ok());
 }
 
 TEST(SupervisorSingletonTest, OnlyOneSupervisorRunsAtATime) {
