@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "agent/inventory/inventory.h"
 #include "agent/log.h"
+#include "agent/node_credentials.h"
 #include "agent/session.h"
 #include "agent/supervisor.h"
 #include "common/duration.h"
@@ -59,6 +60,7 @@ int Main(int argc, char** argv) {
   std::string address;
   int heartbeat_ms = 1000;
   bool print_inventory = false;
+  NodeTlsOptions tls;
   app.add_option("--scheduler", scheduler,
                  "HOST:PORT of xl-scheduler (required unless "
                  "--print-inventory)");
@@ -84,6 +86,23 @@ int Main(int argc, char** argv) {
                  "RegisterAck may ask for more often)")
       ->capture_default_str()
       ->check(CLI::Range(10, 3600 * 1000));
+  app.add_option("--tls-ca", tls.ca_file,
+                 "CA certificate (PEM) to verify the scheduler with; turns "
+                 "TLS on (env XL_TLS_CA)")
+      ->envname("XL_TLS_CA");
+  app.add_option("--tls-cert", tls.cert_file,
+                 "this node's certificate (PEM), issued by the cluster's CA; "
+                 "its name is the node's name (env XL_TLS_CERT)")
+      ->envname("XL_TLS_CERT");
+  app.add_option("--tls-key", tls.key_file,
+                 "the key of --tls-cert (PEM) (env XL_TLS_KEY)")
+      ->envname("XL_TLS_KEY");
+  app.add_option("--join-token", tls.join_token,
+                 "single-use join token ('xl-scheduler token create --join'): "
+                 "without --tls-cert, the agent makes a key, gets its "
+                 "certificate from the scheduler and keeps both in "
+                 "<work-dir>/tls/ (env XL_JOIN_TOKEN)")
+      ->envname("XL_JOIN_TOKEN");
   app.add_flag("--print-inventory", print_inventory,
                "Print the node's inventory (discovered, or the --inventory "
                "file with defaults filled in) as YAML in the inventory file "
@@ -148,7 +167,27 @@ int Main(int argc, char** argv) {
     std::fputs(MessageToYaml(*inventory).c_str(), stdout);
     return 0;
   }
+  const bool name_given = !name.empty();
   if (name.empty()) name = inventory->hostname();
+  tls.work_dir = work_dir;
+  tls.name = name;
+  tls.scheduler = scheduler;
+  auto credentials = LoadNodeCredentials(tls);
+  if (!credentials.ok()) {
+    LogLine(std::string(credentials.status().message()));
+    return 2;
+  }
+  // With a certificate, the node is who the certificate says.
+  if (!credentials->certificate_name.empty() &&
+      credentials->certificate_name != name) {
+    if (name_given) {
+      LogLine(absl::StrCat("--name ", name, " differs from the name in the "
+                           "node certificate, ", credentials->certificate_name,
+                           "; drop --name or use that node's certificate"));
+      return 2;
+    }
+    name = credentials->certificate_name;
+  }
   SetLogName(name);
 
   SessionOptions session_options;
@@ -157,6 +196,11 @@ int Main(int argc, char** argv) {
   session_options.inventory = *inventory;
   session_options.agent_version = XL_AGENT_VERSION;
   session_options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  session_options.credentials = credentials->channel;
+  if (credentials->channel != nullptr) {
+    session_options.rank_tls_ca =
+        std::filesystem::absolute(tls.ca_file).string();
+  }
   Session session(session_options);
 
   SupervisorOptions supervisor_options;

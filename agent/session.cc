@@ -36,8 +36,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
       static_cast<int>(absl::ToInt64Milliseconds(options.initial_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options.max_backoff)));
-  return grpc::CreateCustomChannel(options.scheduler,
-                                   grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(
+      options.scheduler,
+      options.credentials != nullptr ? options.credentials
+                                     : grpc::InsecureChannelCredentials(),
+      args);
 }
 
 // Register.instance_id: 128 random bits, as 32 hex digits.
@@ -440,7 +443,16 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
   switch (message.msg_case()) {
     case v1::SchedulerMessage::kStartRanks:
       LogLine(Describe(message.start_ranks()));
-      controller_->StartRanks(message.start_ranks());
+      if (!options_.rank_tls_ca.empty()) {
+        v1::StartRanks start = message.start_ranks();
+        (*start.mutable_env())["XL_TLS_CA"] = options_.rank_tls_ca;
+        for (auto& launch : *start.mutable_ranks()) {
+          (*launch.mutable_env())["XL_TLS_CA"] = options_.rank_tls_ca;
+        }
+        controller_->StartRanks(start);
+      } else {
+        controller_->StartRanks(message.start_ranks());
+      }
       break;
     case v1::SchedulerMessage::kStopJob: {
       const v1::StopJob& stop = message.stop_job();

@@ -63,6 +63,12 @@ struct SessionOptions {
   // breaks the stream even when nothing is written.
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // How the channel authenticates (TLS with a node certificate); null:
+  // plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS: the CA file ranks are told (XL_TLS_CA) to verify the
+  // scheduler with, for their rendezvous calls.
+  std::string rank_tls_ca;
   // Heartbeats, the lease, the register timeout and the reconnect backoff
   // are measured on its MonotonicNow(). (Shutdown()'s flush timeout bounds a
   // real wait on the network: CLOCK_MONOTONIC whatever this is.)

@@ -10,8 +10,11 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "client/credentials.h"
 #include "client/exit_code.h"
+#include "common/crypto/openssl.h"
 #include "common/identity.h"
 #include "common/status.h"
 
@@ -32,7 +35,13 @@ constexpr char kEnvironmentHelp[] =
     "  XL_SERVER  HOST:PORT of xl-scheduler when --server is not given "
     "(default 127.0.0.1:7070)\n"
     "  XL_USER    user name sent to the scheduler when --user is not given; "
-    "then USER, then \"anonymous\"\n";
+    "then USER, then \"anonymous\" (a scheduler with TLS ignores it: it "
+    "knows you by your token)\n"
+    "  XL_TOKEN   your token when --token is not given; then the one 'xlctl "
+    "login' stored in $XDG_CONFIG_HOME/xl/token (~/.config/xl/token)\n"
+    "  XL_TLS_CA  the CA certificate (PEM file) to verify a TLS scheduler "
+    "with when --tls-ca is not given; then the one 'xlctl login --tls-ca' "
+    "stored; without one xlctl talks plaintext\n";
 
 constexpr char kOutputHelp[] =
     "Output (-o): table (readable, aligned), json (the API message in "
@@ -71,6 +80,7 @@ struct CommandLine::Flags {
   CLI::Option* rank_opt = nullptr;
   CLI::Option* wait_timeout_opt = nullptr;
   CLI::Option* top_interval_opt = nullptr;
+  CLI::App* token_cmd = nullptr;
   // The argv after `--` (submit only).
   std::vector<std::string> after_dashes;
   bool saw_dashes = false;
@@ -105,6 +115,15 @@ CommandLine::CommandLine()
                  "user name sent to the scheduler (default: $XL_USER, then "
                  "$USER, then anonymous)")
       ->envname("XL_USER");
+  app.add_option("--token", inv.token,
+                 "your token for a scheduler with TLS (default: $XL_TOKEN, "
+                 "then the one 'xlctl login' stored)")
+      ->envname("XL_TOKEN");
+  app.add_option("--tls-ca", inv.tls_ca,
+                 "CA certificate (PEM file) that signed the scheduler's "
+                 "certificate; turns on TLS (default: $XL_TLS_CA, then the "
+                 "one 'xlctl login' stored)")
+      ->envname("XL_TLS_CA");
   app.add_option("--timeout", inv.timeout,
                  "deadline of each call to the scheduler, like 10s or 1m "
                  "(`wait --timeout` is different: how long to wait)")
@@ -302,6 +321,48 @@ CommandLine::CommandLine()
   CLI::App* resume = add("resume", "Let a drained node take new jobs again.");
   node_arg(resume);
 
+  add("whoami", "Who the scheduler takes you for, and whether it checks.");
+  CLI::App* login = add(
+      "login",
+      "Check a token with the scheduler and keep it (and --tls-ca) in "
+      "$XDG_CONFIG_HOME/xl (~/.config/xl), mode 0600, for later commands.");
+  login->footer(
+      "The token comes from --token, $XL_TOKEN or standard input (so it "
+      "stays out of the shell's history: xlctl login --tls-ca ca.crt < "
+      "token-file). Ask an admin for one: xlctl token create --user NAME.\n"
+      "Global flags (--server, --user, --timeout, -o) and exit codes: "
+      "'xlctl --help'.");
+  CLI::App* token = add("token",
+                        "Admins: make, list and revoke users' tokens and "
+                        "agents' join tokens.");
+  token->require_subcommand(1);
+  CLI::App* token_create = token->add_subcommand(
+      "create",
+      "Make a token, printed once on stdout: a user's (--user U [--admin]) "
+      "or, with --join, a single-use join token an agent exchanges for its "
+      "node certificate.");
+  token_create->add_option("--user", inv.token_cmd.user,
+                           "the user the token stands for");
+  token_create->add_flag("--admin", inv.token_cmd.admin,
+                         "the user may cancel any job, drain nodes and "
+                         "manage tokens");
+  token_create->add_option("--ttl", inv.token_cmd.ttl,
+                           "lifetime: 1h, 30d or never (default: user 90d, "
+                           "join 1h)");
+  token_create->add_flag("--join", inv.token_cmd.join,
+                         "a join token for an agent (xl-agent --join-token)");
+  token_create->add_option("--node", inv.token_cmd.node,
+                           "with --join: the only node name it may join as "
+                           "(needed to re-issue a known node's certificate)");
+  token->add_subcommand("list", "Every token: id, user, expiry and state; "
+                                "never the secret.");
+  CLI::App* token_revoke =
+      token->add_subcommand("revoke", "Revoke a token: it stops working now.");
+  token_revoke->add_option("ID", inv.token_cmd.id,
+                           "the token's id (the part after xl_)")
+      ->required();
+  f.token_cmd = token;
+
   AddPlanCommand(add("plan",
                      "What configuration a training needs: memory per GPU, "
                      "GPUs and nodes, checkpoint and NVMe, read rate, "
@@ -394,6 +455,11 @@ void CommandLine::Resolve() {
     if (sub->parsed()) inv.command = name;
   }
   if (inv.server.empty()) inv.server = kDefaultServer;  // XL_SERVER=""
+  if (inv.command == "token") {
+    for (CLI::App* sub : f.token_cmd->get_subcommands()) {
+      if (sub->parsed()) inv.token_cmd.verb = sub->get_name();
+    }
+  }
   inv.user = ResolveUser(inv.user);
   JobOverrides& o = inv.submit.overrides;
   if (f.name_opt->count() > 0) o.name = f.name;
@@ -493,12 +559,59 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
   if (c == "node") return commands.Node(inv.node);
   if (c == "drain") return commands.Drain(inv.node, inv.reason);
   if (c == "resume") return commands.Resume(inv.node);
+  if (c == "whoami") return commands.WhoAmI();
+  if (c == "login") return commands.Login(inv.token, inv.tls_ca_pem);
+  if (c == "token") {
+    const TokenFlags& t = inv.token_cmd;
+    if (t.verb == "create") {
+      return commands.TokenCreate(t.user, t.admin, t.ttl, t.join, t.node);
+    }
+    if (t.verb == "revoke") return commands.TokenRevoke(t.id);
+    return commands.TokenList();
+  }
   if (c == "plan") {
     ASSIGN_OR_RETURN(PlanOptions options, BuildPlanOptions(inv.plan));
     return commands.Plan(options);
   }
   return UsageError(absl::StrCat("unknown command \"", c,
                                  "\"; run 'xlctl --help' for the commands"));
+}
+
+// Fills in the token and the CA: flags and environment first, then what
+// 'xlctl login' stored. `login` reads its token from stdin when none is
+// given, and never falls back to the stored one.
+absl::Status ResolveCredentials(Invocation* inv) {
+  if (inv->command == "login") {
+    if (inv->token.empty() && isatty(STDIN_FILENO) != 1) {
+      std::string line;
+      std::getline(std::cin, line);
+      inv->token = std::string(absl::StripAsciiWhitespace(line));
+    }
+  } else if (inv->token.empty()) {
+    auto stored = ReadStoredToken();
+    if (!stored.ok()) {
+      return absl::Status(stored.status().code(),
+                          absl::StrCat("reading the stored token: ",
+                                       stored.status().message(),
+                                       "; fix its mode or log in again"));
+    }
+    inv->token = *stored;
+  }
+  std::string ca_path = inv->tls_ca;
+  if (ca_path.empty() && inv->command != "login") {
+    if (access(StoredCaPath().c_str(), F_OK) == 0) ca_path = StoredCaPath();
+  }
+  if (!ca_path.empty()) {
+    auto pem = crypto::ReadFile(ca_path);
+    if (!pem.ok()) {
+      return absl::Status(
+          pem.status().code(),
+          absl::StrCat("--tls-ca: ", pem.status().message(),
+                       "; give the CA certificate file of the scheduler"));
+    }
+    inv->tls_ca_pem = *pem;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunStatus(const Invocation& inv, std::ostream& out,
@@ -509,14 +622,18 @@ absl::Status RunStatus(const Invocation& inv, std::ostream& out,
   if (timeout <= absl::ZeroDuration()) {
     return UsageError("--timeout: must be more than 0, like 10s");
   }
+  Invocation resolved = inv;
+  RETURN_IF_ERROR(ResolveCredentials(&resolved));
   ConnectionOptions options;
-  options.server = inv.server;
-  options.user = inv.user;
+  options.server = resolved.server;
+  options.user = resolved.user;
+  options.token = resolved.token;
+  options.tls_ca_pem = resolved.tls_ca_pem;
   options.timeout = timeout;
   SchedulerConnection connection(options);
   Commands commands(&connection, format, &out, &err);
   commands.set_terminal(&out == &std::cout && isatty(STDOUT_FILENO) == 1);
-  return Dispatch(inv, commands);
+  return Dispatch(resolved, commands);
 }
 
 }  // namespace

@@ -22,17 +22,30 @@ class Option;
 
 namespace xl::client {
 
+// The flags of `xlctl token`.
+struct TokenFlags {
+  // "create", "list" or "revoke".
+  std::string verb;
+  std::string user, ttl, node, id;
+  bool admin = false, join = false;
+};
+
 // Everything one xlctl command line says.
 struct Invocation {
   // Global flags, after the environment fallbacks (XL_SERVER, XL_USER, USER).
   std::string server;
   std::string user;
+  // --token / XL_TOKEN; when empty, the stored one is used at run time.
+  std::string token;
+  // --tls-ca / XL_TLS_CA: a file; its contents, once read, in tls_ca_pem.
+  std::string tls_ca;
+  std::string tls_ca_pem;
   std::string timeout = "10s";
   std::string output = "table";
 
   // The subcommand: "submit", "get", "list", "queue", "cancel", "logs",
   // "watch", "wait", "top", "metrics", "nodes", "node", "drain",
-  // "resume" or "plan".
+  // "resume", "plan", "whoami", "login" or "token".
   std::string command;
   SubmitOptions submit;
   ListOptions list;
@@ -51,6 +64,7 @@ struct Invocation {
   std::optional<std::string> wait_timeout;
   // The flags of plan, as given.
   PlanFlags plan;
+  TokenFlags token_cmd;
 };
 
 class CommandLine {

@@ -545,6 +545,9 @@ absl::Status Commands::Nodes() {
   if (!status.ok()) return connection_->CallError(status, "list nodes");
   *out_ << (format_ == OutputFormat::kTable ? NodeTable(response.nodes())
                                             : RenderMessage(response, format_));
+  if (!response.security_warning().empty()) {
+    *err_ << "xlctl: WARNING: " << response.security_warning() << "\n";
+  }
   return absl::OkStatus();
 }
 

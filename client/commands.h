@@ -109,6 +109,19 @@ class Commands {
   // call. -o json|yaml print the Plan. Defined in plan_command.cc.
   absl::Status Plan(const PlanOptions& options);
 
+  // --- identity and credentials (auth_commands.cc) ---
+  // Who the scheduler takes the caller for, and whether auth is on.
+  absl::Status WhoAmI();
+  // Checks `token` with the scheduler (WhoAmI) and stores it for later
+  // calls (credentials.h); with `tls_ca_pem`, stores that CA too.
+  absl::Status Login(const std::string& token, const std::string& tls_ca_pem);
+  // Admin: a new user token (or, with `join`, a join token for a node).
+  absl::Status TokenCreate(const std::string& user, bool admin,
+                           const std::string& ttl, bool join,
+                           const std::string& node);
+  absl::Status TokenList();
+  absl::Status TokenRevoke(const std::string& id);
+
  private:
   RenderContext Context() const;
   absl::StatusOr<xl::v1::Job> GetJob(const std::string& job_id);

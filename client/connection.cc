@@ -11,17 +11,29 @@
 
 namespace xl::client {
 
+namespace {
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(
+    const ConnectionOptions& options) {
+  if (options.tls_ca_pem.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = options.tls_ca_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
 SchedulerConnection::SchedulerConnection(const ConnectionOptions& options)
     : SchedulerConnection(
-          options, grpc::CreateChannel(options.server,
-                                       grpc::InsecureChannelCredentials())) {}
+          options, grpc::CreateChannel(options.server, Credentials(options))) {}
 
 SchedulerConnection::SchedulerConnection(ConnectionOptions options,
                                          std::shared_ptr<grpc::Channel> channel)
     : options_(std::move(options)),
       channel_(std::move(channel)),
       jobs_(xl::v1::JobService::NewStub(channel_)),
-      nodes_(xl::v1::NodeService::NewStub(channel_)) {}
+      nodes_(xl::v1::NodeService::NewStub(channel_)),
+      auth_(xl::v1::AuthService::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> SchedulerConnection::UnaryContext() const {
   auto context = StreamContext();
@@ -33,6 +45,10 @@ std::unique_ptr<grpc::ClientContext> SchedulerConnection::StreamContext(
     absl::Time deadline) const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->AddMetadata(xl::kUserMetadataKey, options_.user);
+  if (!options_.token.empty()) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", options_.token));
+  }
   if (deadline != absl::InfiniteFuture()) {
     context->set_deadline(absl::ToChronoTime(deadline));
   }
@@ -68,10 +84,20 @@ absl::Status SchedulerConnection::CallError(
       text = absl::StrCat(what, ": the scheduler rejected the request: ", msg,
                           "; correct it and try again");
       break;
-    case grpc::StatusCode::PERMISSION_DENIED:
     case grpc::StatusCode::UNAUTHENTICATED:
-      text = absl::StrCat(what, ": ", msg, "; you are \"", options_.user,
-                          "\" (set --user or XL_USER)");
+      text = absl::StrCat(what, ": ", msg,
+                          options_.token.empty()
+                              ? "; log in with 'xlctl login' (with a token "
+                                "from an admin) or set XL_TOKEN"
+                              : "; your token is not accepted: get a new "
+                                "one and run 'xlctl login'");
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      text = absl::StrCat(what, ": ", msg);
+      if (options_.token.empty()) {
+        absl::StrAppend(&text, "; you are \"", options_.user,
+                        "\" (set --user or XL_USER)");
+      }
       break;
     case grpc::StatusCode::UNIMPLEMENTED:
       text = absl::StrCat(what, ": the scheduler at ", options_.server,

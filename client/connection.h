@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "xl/v1/auth.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 namespace xl::client {
@@ -24,15 +25,22 @@ inline constexpr char kDefaultServer[] = "127.0.0.1:7070";
 struct ConnectionOptions {
   // HOST:PORT of xl-scheduler.
   std::string server = kDefaultServer;
-  // Sent as the "x-xl-user" call metadata.
+  // Sent as the "x-xl-user" call metadata (ignored by a scheduler with
+  // auth on).
   std::string user;
+  // Sent as "authorization: Bearer <token>" when not empty.
+  std::string token;
+  // PEM of the CA that signed the scheduler's certificate: the channel is
+  // TLS when not empty.
+  std::string tls_ca_pem;
   // Deadline of every unary call.
   absl::Duration timeout = absl::Seconds(10);
 };
 
 class SchedulerConnection {
  public:
-  // Opens an insecure channel to options.server; it connects on first use.
+  // Opens a channel to options.server (TLS when options.tls_ca_pem is
+  // set); it connects on first use.
   explicit SchedulerConnection(const ConnectionOptions& options);
   // Uses `channel` (for tests: an in-process server's channel).
   SchedulerConnection(ConnectionOptions options,
@@ -41,6 +49,7 @@ class SchedulerConnection {
   const ConnectionOptions& options() const { return options_; }
   xl::v1::JobService::Stub& jobs() { return *jobs_; }
   xl::v1::NodeService::Stub& nodes() { return *nodes_; }
+  xl::v1::AuthService::Stub& auth() { return *auth_; }
 
   // Returns a context for one unary call: the user metadata and a deadline
   // options().timeout from now. The call fails fast (UNAVAILABLE) when the
@@ -63,6 +72,7 @@ class SchedulerConnection {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<xl::v1::JobService::Stub> jobs_;
   std::unique_ptr<xl::v1::NodeService::Stub> nodes_;
+  std::unique_ptr<xl::v1::AuthService::Stub> auth_;
 };
 
 }  // namespace xl::client

@@ -1,5 +1,6 @@
 #include "common/duration.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
 namespace xl {
@@ -51,6 +52,24 @@ std::string HumanDuration(absl::Duration d) {
   if (s < 60) return absl::StrFormat("%ds", s);
   if (s < 3600) return absl::StrFormat("%dm%ds", s / 60, s % 60);
   return absl::StrFormat("%dh%dm", s / 3600, (s % 3600) / 60);
+}
+
+bool ParseLifetime(const std::string& text, absl::Duration* out) {
+  if (text == "never") {
+    *out = absl::InfiniteDuration();
+    return true;
+  }
+  int64_t days = 0;
+  if (!text.empty() && text.back() == 'd') {
+    if (!absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) ||
+        days <= 0 || days > 365 * 100) {
+      return false;
+    }
+    *out = absl::Hours(24 * days);
+    return true;
+  }
+  return absl::ParseDuration(text, out) && *out > absl::ZeroDuration() &&
+         *out != absl::InfiniteDuration();
 }
 
 }  // namespace xl

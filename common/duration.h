@@ -24,6 +24,10 @@ std::string HumanBytes(uint64_t bytes);
 // "1h2m", "45s", "250ms".
 std::string HumanDuration(absl::Duration d);
 
+// A credential's lifetime: an absl duration ("90m", "12h"), days ("30d"),
+// or "never" (InfiniteDuration). False for anything else or for <= 0.
+bool ParseLifetime(const std::string& text, absl::Duration* out);
+
 }  // namespace xl
 
 #endif  // XL_COMMON_DURATION_H_

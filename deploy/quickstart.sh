@@ -14,13 +14,15 @@ cmake --build "$BUILD" -j "$(nproc)" --target xl-scheduler xl-agent xlctl xl-tra
 
 RUN="$(mktemp -d /tmp/xl-quickstart-XXXXXX)"
 "$BUILD/server/xl-scheduler" --dev --agents 2 --listen 127.0.0.1:0 \
-    --port-file "$RUN/port" >"$RUN/scheduler.log" 2>&1 &
+    --port-file "$RUN/port" --dev-env "$RUN/xlctl.env" >"$RUN/scheduler.log" 2>&1 &
 SCHED=$!
 cleanup() { kill "$SCHED" 2>/dev/null || true; wait "$SCHED" 2>/dev/null || true; rm -rf "$RUN"; }
 trap cleanup EXIT
 for _ in $(seq 200); do [ -s "$RUN/port" ] && break; sleep 0.05; done
 [ -s "$RUN/port" ] || { cat "$RUN/scheduler.log"; echo "quickstart: the scheduler did not start" >&2; exit 1; }
-export XL_SERVER="127.0.0.1:$(cat "$RUN/port")"
+# XL_SERVER, and the dev cluster's credentials: its CA (XL_TLS_CA) and an
+# admin token for you (XL_TOKEN); the dev cluster runs TLS like a real one.
+. "$RUN/xlctl.env"
 XLCTL="$BUILD/client/xlctl"
 for _ in $(seq 200); do
   [ "$("$XLCTL" nodes -o json | grep -c '"READY"')" -ge 2 ] && break; sleep 0.05

@@ -14,6 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/crypto/openssl.h"
+#include "common/status.h"
+#include "server/auth/token_store.h"
 
 extern char** environ;
 
@@ -44,6 +47,68 @@ DevCluster::~DevCluster() {
   }
 }
 
+absl::StatusOr<std::string> DevCluster::MakeCredentials(
+    int agents, const std::string& user) {
+  const std::string tls = dir_ + "/tls";
+  mkdir(tls.c_str(), 0700);
+  auto issue = [](const crypto::CertificateSubject& subject,
+                  const std::string& ca_cert, const std::string& ca_key,
+                  const std::string& cert_path, const std::string& key_path)
+      -> absl::StatusOr<std::pair<std::string, std::string>> {
+    ASSIGN_OR_RETURN(std::string key, crypto::GeneratePrivateKeyPem());
+    ASSIGN_OR_RETURN(std::string pub, crypto::PublicKeyPem(key));
+    ASSIGN_OR_RETURN(
+        std::string cert,
+        crypto::IssueCertificate(subject, pub, ca_cert,
+                                 ca_cert.empty() ? key : ca_key));
+    RETURN_IF_ERROR(crypto::WriteFileAtomically(key_path, key, 0600));
+    RETURN_IF_ERROR(crypto::WriteFileAtomically(cert_path, cert, 0644));
+    return std::make_pair(cert, key);
+  };
+  crypto::CertificateSubject ca;
+  ca.common_name = "xl dev CA";
+  ca.is_ca = true;
+  ca.validity = absl::Hours(24 * 30);
+  ASSIGN_OR_RETURN(auto ca_pair, issue(ca, "", "", ca_cert(), ca_key()));
+  crypto::CertificateSubject server;
+  server.common_name = "localhost";
+  server.dns_names = {"localhost"};
+  server.ip_addresses = {"127.0.0.1", "::1"};
+  server.server_auth = true;
+  server.validity = ca.validity;
+  RETURN_IF_ERROR(issue(server, ca_pair.first, ca_pair.second, server_cert(),
+                        server_key())
+                      .status());
+  for (int i = 0; i < agents; ++i) {
+    crypto::CertificateSubject node;
+    node.common_name = absl::StrCat("dev-", i);
+    node.client_auth = true;
+    node.validity = ca.validity;
+    RETURN_IF_ERROR(issue(node, ca_pair.first, ca_pair.second,
+                          absl::StrCat(tls, "/dev-", i, ".crt"),
+                          absl::StrCat(tls, "/dev-", i, ".key"))
+                        .status());
+  }
+  ASSIGN_OR_RETURN(auto tokens, auth::TokenStore::Open(db_path()));
+  ASSIGN_OR_RETURN(auto made, tokens->Create(auth::kUserToken, user, true,
+                                             absl::Hours(24 * 30), absl::Now()));
+  RETURN_IF_ERROR(
+      crypto::WriteFileAtomically(tls + "/token", made.second + "\n", 0600));
+  tls_ = true;
+  return made.second;
+}
+
+absl::Status DevCluster::WriteClientEnv(const std::string& path,
+                                        const std::string& server,
+                                        const std::string& token) const {
+  std::string text = absl::StrCat("export XL_SERVER=", server, "\n");
+  if (tls_) {
+    absl::StrAppend(&text, "export XL_TLS_CA=", ca_cert(), "\n",
+                    "export XL_TOKEN=", token, "\n");
+  }
+  return crypto::WriteFileAtomically(path, text, 0600);
+}
+
 absl::Status DevCluster::StartAgents(
     const std::string& agent_binary, const std::string& scheduler, int count,
     const std::vector<std::string>& inventories) {
@@ -53,6 +118,15 @@ absl::Status DevCluster::StartAgents(
     mkdir(work.c_str(), 0755);
     std::vector<std::string> args = {agent_binary, "--scheduler", scheduler,
                                      "--work-dir", work, "--name", name};
+    if (tls_) {
+      for (const std::string& a :
+           {std::string("--tls-ca"), ca_cert(), std::string("--tls-cert"),
+            absl::StrCat(dir_, "/tls/", name, ".crt"),
+            std::string("--tls-key"),
+            absl::StrCat(dir_, "/tls/", name, ".key")}) {
+        args.push_back(a);
+      }
+    }
     if (i < static_cast<int>(inventories.size())) {
       args.push_back("--inventory");
       args.push_back(inventories[i]);

@@ -25,6 +25,23 @@ class DevCluster {
   const std::string& dir() const { return dir_; }
   std::string db_path() const { return dir_ + "/xl.db"; }
 
+  // Makes the throw-away credentials of a secure dev cluster under dir():
+  // a CA (ca.crt, ca.key), a server certificate for 127.0.0.1 and
+  // localhost, a node certificate for each of `agents` agents (dev-<i>),
+  // and an admin token for `user` in the database. StartAgents then gives
+  // the agents their certificates. Returns the token.
+  absl::StatusOr<std::string> MakeCredentials(int agents,
+                                              const std::string& user);
+  std::string ca_cert() const { return dir_ + "/tls/ca.crt"; }
+  std::string ca_key() const { return dir_ + "/tls/ca.key"; }
+  std::string server_cert() const { return dir_ + "/tls/server.crt"; }
+  std::string server_key() const { return dir_ + "/tls/server.key"; }
+  // Writes `path` (mode 0600) with the shell lines that point xlctl at this
+  // cluster: XL_SERVER, and with credentials XL_TLS_CA and XL_TOKEN.
+  absl::Status WriteClientEnv(const std::string& path,
+                              const std::string& server,
+                              const std::string& token) const;
+
   // Starts `count` agents named dev-0.. that connect to `scheduler`. The
   // i-th agent uses inventories[i] when given (else real discovery).
   absl::Status StartAgents(const std::string& agent_binary,
@@ -37,6 +54,7 @@ class DevCluster {
   DevCluster() = default;
   std::string dir_;
   bool keep_ = false;
+  bool tls_ = false;
   std::vector<pid_t> agents_;
 };
 

@@ -1,6 +1,8 @@
 // xl-scheduler: the gRPC service that keeps jobs and nodes in SQLite and
 // places each job, all or nothing, on agents.
+#include <pwd.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -14,14 +16,101 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/duration.h"
+#include "server/auth/token_store.h"
 #include "server/dev_cluster.h"
 #include "server/service/scheduler_server.h"
+#include "server/store/db_lock.h"
 
 namespace {
 
 int Fail(const std::string& msg) {
   fprintf(stderr, "xl-scheduler: %s\n", msg.c_str());
   return 1;
+}
+
+std::string LocalUser() {
+  const char* user = getenv("USER");
+  if (user != nullptr && *user != '\0') return user;
+  if (const struct passwd* pw = getpwuid(getuid()); pw != nullptr) {
+    return pw->pw_name;
+  }
+  return "admin";
+}
+
+std::string TimeText(absl::Time t) {
+  if (t == absl::InfiniteFuture()) return "never";
+  if (t == absl::InfinitePast()) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", t, absl::LocalTimeZone());
+}
+
+// `xl-scheduler token ...`: credentials managed on the database file, for
+// when no scheduler runs on it (the first admin token, or recovery).
+struct TokenCommand {
+  std::string db, user, ttl, id, node;
+  bool admin = false, join = false;
+};
+
+int RunTokenCommand(const std::string& verb, const TokenCommand& c) {
+  if (c.db.empty()) return Fail("token: --db is required: the scheduler's SQLite file");
+  // A running scheduler holds the database; it manages tokens itself.
+  auto lock = xl::store::DbLock::Acquire(c.db);
+  if (!lock.ok()) {
+    return Fail(absl::StrCat(
+        "token ", verb, ": ", lock.status().message(),
+        "; while it runs, manage tokens through it as an admin: xlctl "
+        "token ", verb, verb == "create" ? " --user U [--admin]" : "",
+        verb == "revoke" ? " ID" : ""));
+  }
+  auto tokens = xl::auth::TokenStore::Open(c.db);
+  if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
+  const absl::Time now = absl::Now();
+  if (verb == "create") {
+    absl::Duration ttl;
+    const std::string ttl_text = c.ttl.empty() ? (c.join ? "1h" : "90d") : c.ttl;
+    if (!xl::ParseLifetime(ttl_text, &ttl)) {
+      return Fail(absl::StrCat("--ttl: '", ttl_text,
+                               "' is not a duration; give one such as 1h, "
+                               "30d or never"));
+    }
+    if (c.join && !c.user.empty()) {
+      return Fail("--user: a join token is for a node; use --node NAME");
+    }
+    auto made = (*tokens)->Create(
+        c.join ? xl::auth::kJoinToken : xl::auth::kUserToken,
+        c.join ? c.node : c.user, c.admin, ttl, now);
+    if (!made.ok()) return Fail(std::string(made.status().message()));
+    printf("%s\n", made->second.c_str());
+    fprintf(stderr,
+            "xl-scheduler: token %s (%s%s%s) expires %s; it is shown only "
+            "this once\n",
+            made->first.id.c_str(), c.join ? "join" : "user ",
+            c.join ? "" : c.user.c_str(), c.admin ? ", admin" : "",
+            TimeText(made->first.expires).c_str());
+    return 0;
+  }
+  if (verb == "revoke") {
+    auto info = (*tokens)->Revoke(c.id, now);
+    if (!info.ok()) return Fail(std::string(info.status().message()));
+    printf("token %s revoked\n", c.id.c_str());
+    return 0;
+  }
+  auto list = (*tokens)->List();
+  if (!list.ok()) return Fail(std::string(list.status().message()));
+  printf("%-16s  %-4s  %-20s  %-5s  %-25s  %s\n", "ID", "KIND", "USER/NODE",
+         "ADMIN", "EXPIRES", "STATE");
+  for (const auto& t : *list) {
+    std::string state = "valid";
+    if (t.revoked != absl::InfinitePast()) {
+      state = t.used_by.empty() ? "revoked" : "used by " + t.used_by;
+    } else if (now >= t.expires) {
+      state = "expired";
+    }
+    printf("%-16s  %-4s  %-20s  %-5s  %-25s  %s\n", t.id.c_str(),
+           t.kind.c_str(), t.user.c_str(), t.admin ? "yes" : "no",
+           TimeText(t.expires).c_str(), state.c_str());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -87,10 +176,69 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--port-file", port_file,
                  "write the bound port to this file once listening");
+  std::string dev_env;
+  app.add_option("--tls-cert", opts.tls_cert_file,
+                 "the server's TLS certificate (PEM); with --tls-key and "
+                 "--tls-ca it turns on TLS and auth: users need a token, "
+                 "agents a node certificate");
+  app.add_option("--tls-key", opts.tls_key_file, "the key of --tls-cert");
+  app.add_option("--tls-ca", opts.tls_ca_file,
+                 "the CA (PEM) that agents' node certificates must chain to");
+  app.add_option("--ca-cert", opts.ca_cert_file,
+                 "CA certificate that signs node certificates for join tokens");
+  app.add_option("--ca-key", opts.ca_key_file, "the key of --ca-cert");
+  app.add_flag("--insecure", opts.insecure,
+               "serve a non-loopback --listen address without TLS or tokens: "
+               "anyone who can reach the port can act as anyone");
+  app.add_option("--dev-env", dev_env,
+                 "with --dev: also write the shell lines that point xlctl at "
+                 "the cluster (XL_SERVER, XL_TLS_CA, XL_TOKEN) to this file");
+  TokenCommand token;
+  CLI::App* token_cmd = app.add_subcommand(
+      "token",
+      "manage credentials on the database file while no scheduler runs on "
+      "it (while one runs: xlctl token, as an admin)");
+  token_cmd->require_subcommand(1);
+  CLI::App* token_create = token_cmd->add_subcommand(
+      "create", "make a user token (printed once) or, with --join, a "
+                "single-use join token for an agent");
+  token_create->add_option("--db", token.db, "the scheduler's SQLite file")
+      ->required();
+  token_create->add_option("--user", token.user, "the user the token is for");
+  token_create->add_flag("--admin", token.admin,
+                         "the user may drain nodes, cancel any job and "
+                         "manage tokens");
+  token_create->add_option("--ttl", token.ttl,
+                           "lifetime: 1h, 30d or never (default: user 90d, "
+                           "join 1h)");
+  token_create->add_flag("--join", token.join,
+                         "a join token: an agent exchanges it once for its "
+                         "node certificate");
+  token_create->add_option("--node", token.node,
+                           "with --join: the only node name it may join as "
+                           "(needed to re-join a known node)");
+  CLI::App* token_revoke =
+      token_cmd->add_subcommand("revoke", "revoke a token by its id");
+  token_revoke->add_option("--db", token.db, "the scheduler's SQLite file")
+      ->required();
+  token_revoke->add_option("ID", token.id, "the token's id")->required();
+  CLI::App* token_list = token_cmd->add_subcommand(
+      "list", "every token: id, user, expiry, state (never the secret)");
+  token_list->add_option("--db", token.db, "the scheduler's SQLite file")
+      ->required();
   app.footer(
       "Stops cleanly on SIGINT or SIGTERM. Exit status: 0 after a clean stop, "
       "1 when it cannot start (the message says why).");
   CLI11_PARSE(app, argc, argv);
+  if (token_cmd->parsed()) {
+    if (token_create->parsed()) {
+      if (!token.join && token.user.empty()) {
+        return Fail("token create: --user is required (or --join)");
+      }
+      return RunTokenCommand("create", token);
+    }
+    return RunTokenCommand(token_revoke->parsed() ? "revoke" : "list", token);
+  }
   if (hb_interval_s <= 0 || hb_timeout_s <= hb_interval_s) {
     return Fail(
         "--heartbeat-timeout must be larger than --heartbeat-interval > 0");
@@ -131,12 +279,26 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   std::optional<xl::server::DevCluster> cluster;
+  std::string dev_token;
   if (dev) {
     if (!opts.db.empty()) return Fail("--dev makes its own database; drop --db");
     auto c = xl::server::DevCluster::Create(keep);
     if (!c.ok()) return Fail(std::string(c.status().message()));
     cluster.emplace(std::move(*c));
     opts.db = cluster->db_path();
+    // The dev cluster is secure too: TLS, node certificates and an admin
+    // token for whoever started it.
+    if (!opts.tls_cert_file.empty() || opts.insecure) {
+      return Fail("--dev makes its own certificates; drop --tls-* and --insecure");
+    }
+    auto made = cluster->MakeCredentials(agents, LocalUser());
+    if (!made.ok()) return Fail(std::string(made.status().message()));
+    dev_token = *made;
+    opts.tls_cert_file = cluster->server_cert();
+    opts.tls_key_file = cluster->server_key();
+    opts.tls_ca_file = cluster->ca_cert();
+    opts.ca_cert_file = cluster->ca_cert();
+    opts.ca_key_file = cluster->ca_key();
   } else if (opts.db.empty()) {
     return Fail(
         "--db is required: give the SQLite file to keep jobs in (for example "
@@ -144,9 +306,23 @@ int main(int argc, char** argv) {
   }
   auto server = xl::service::SchedulerServer::Start(opts);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  printf("xl-scheduler: listening on %s (db %s)\n", (*server)->address().c_str(),
-         opts.db.c_str());
+  printf("xl-scheduler: listening on %s (db %s; %s)\n",
+         (*server)->address().c_str(), opts.db.c_str(),
+         (*server)->auth_enabled() ? "TLS, tokens and node certificates"
+                                   : "no TLS: callers name themselves");
+  if (!(*server)->security_warning().empty()) {
+    fprintf(stderr, "xl-scheduler: WARNING: %s\n",
+            (*server)->security_warning().c_str());
+  }
   fflush(stdout);
+  if (dev) {
+    const std::string env_file = cluster->dir() + "/xlctl.env";
+    for (const std::string& f : {env_file, dev_env}) {
+      if (f.empty()) continue;
+      auto st = cluster->WriteClientEnv(f, (*server)->address(), dev_token);
+      if (!st.ok()) return Fail(std::string(st.message()));
+    }
+  }
   if (!port_file.empty()) {
     std::ofstream out(port_file + ".tmp");
     out << (*server)->port() << "\n";
@@ -162,9 +338,10 @@ int main(int argc, char** argv) {
     auto st = cluster->StartAgents(agent_binary, (*server)->address(), agents,
                                    inventories);
     if (!st.ok()) return Fail(std::string(st.message()));
-    printf("xl-scheduler: dev cluster in %s with %d agents; try: "
-           "XL_SERVER=%s xlctl nodes\n",
-           cluster->dir().c_str(), agents, (*server)->address().c_str());
+    printf("xl-scheduler: dev cluster in %s with %d agents; an admin token "
+           "for you is in %s/tls/token; try: . %s/xlctl.env && xlctl nodes\n",
+           cluster->dir().c_str(), agents, cluster->dir().c_str(),
+           cluster->dir().c_str());
     fflush(stdout);
   }
   int sig = 0;

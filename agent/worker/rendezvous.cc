@@ -2,6 +2,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
@@ -41,13 +45,26 @@ absl::StatusOr<std::vector<std::string>> InMemoryRendezvous::Get(
 
 namespace {
 
+// TLS verifying the scheduler with the CA file in XL_TLS_CA (the agent sets
+// it when it talks TLS); plaintext without it.
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
+  const char* ca = std::getenv("XL_TLS_CA");
+  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
+  std::ifstream in(ca);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
+}
+
 class SchedulerRendezvous : public Rendezvous {
  public:
   SchedulerRendezvous(const std::string& address, const std::string& job_id,
                       int attempt, const std::string& token)
       : address_(address),
         stub_(v1::RendezvousService::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+            grpc::CreateChannel(address, ChannelCredentials()))) {
     scope_.set_job_id(job_id);
     scope_.set_attempt(attempt);
     scope_.set_token(token);

@@ -148,6 +148,14 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
       return Bad(absl::StrCat("env.", key), "contains a NUL byte");
     }
   }
+  for (int i = 0; i < spec->secret_env_size(); ++i) {
+    if (spec->env().count(spec->secret_env(i)) == 0) {
+      return Bad(absl::StrCat("secret_env[", i, "]"),
+                 absl::StrCat("names '", spec->secret_env(i),
+                              "', which is not in env; list only the names "
+                              "of env entries whose values are secret"));
+    }
+  }
   auto* r = spec->mutable_resources();
   if (r->nodes() < 0 || r->nodes() > kMaxNodes) {
     return Bad("resources.nodes",
@@ -199,6 +207,10 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
     return Bad("grace_period", "must not be negative; use for example 30s");
   }
   if (!spec->has_grace_period()) spec->mutable_grace_period()->set_seconds(10);
+  // chdir() would stop at a NUL and run the job in another directory.
+  if (spec->working_dir().find('\0') != std::string::npos) {
+    return Bad("working_dir", "contains a NUL byte");
+  }
   if (!spec->working_dir().empty() && spec->working_dir()[0] != '/') {
     return Bad("working_dir",
                absl::StrCat("'", spec->working_dir(),

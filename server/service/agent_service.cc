@@ -120,9 +120,23 @@ class AgentStream : public state::AgentConnection {
 
 class AgentStreamReactor : public Reactor {
  public:
-  AgentStreamReactor(Controller* controller, grpc::CallbackServerContext* ctx)
+  AgentStreamReactor(Controller* controller, const auth::Authenticator* auth,
+                     grpc::CallbackServerContext* ctx)
       : controller_(controller),
+        auth_enabled_(auth->enabled()),
         stream_(std::make_shared<AgentStream>(this, ctx->peer())) {
+    // With auth on, only an agent's certificate opens a session, and the
+    // node it names is the only one the session may speak for.
+    auto who = auth->Identify(ctx);
+    if (!who.ok()) {
+      identity_ = who.status();
+    } else if (auth_enabled_ && !who->is_node()) {
+      identity_ = absl::PermissionDeniedError(absl::StrCat(
+          "agent session: only an agent with a node certificate may connect, "
+          "and ", who->name, " is a user"));
+    } else {
+      certified_node_ = who->name;
+    }
     StartRead(&in_);
   }
 
@@ -132,9 +146,21 @@ class AgentStreamReactor : public Reactor {
       return;
     }
     if (node_.empty()) {
+      if (!identity_.ok()) {
+        stream_->Finish(ToGrpcStatus(identity_));
+        return;
+      }
       if (!in_.has_register_()) {
         stream_->Finish(ToGrpcStatus(absl::InvalidArgumentError(
             "register: the first message of a session must be Register")));
+        return;
+      }
+      if (auth_enabled_ && in_.register_().name() != certified_node_) {
+        stream_->Finish(ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
+            "register: the agent calls itself \"", in_.register_().name(),
+            "\" but its certificate is for node \"", certified_node_,
+            "\"; start it with --name ", certified_node_,
+            " or give it that node's certificate"))));
         return;
       }
       auto name = controller_->AgentRegister(in_.register_(), stream_);
@@ -159,6 +185,10 @@ class AgentStreamReactor : public Reactor {
 
  private:
   Controller* const controller_;
+  const bool auth_enabled_;
+  // The caller's identity: an error ends the session at its first message.
+  absl::Status identity_;
+  std::string certified_node_;
   std::shared_ptr<AgentStream> stream_;
   v1::AgentMessage in_;
   std::string node_;  // set once registered; read only by reactions
@@ -168,7 +198,7 @@ class AgentStreamReactor : public Reactor {
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>*
 AgentServiceImpl::Connect(grpc::CallbackServerContext* ctx) {
-  return new AgentStreamReactor(controller_, ctx);
+  return new AgentStreamReactor(controller_, auth_, ctx);
 }
 
 }  // namespace xl::service

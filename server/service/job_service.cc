@@ -1,6 +1,5 @@
 #include "common/status.h"
 #include "server/service/feed_reactor.h"
-#include "server/service/identity.h"
 #include "server/service/services.h"
 
 namespace xl::service {
@@ -13,19 +12,44 @@ void FinishWith(grpc::ServerUnaryReactor* reactor, absl::StatusOr<T> result,
   reactor->Finish(ToGrpcStatus(result.status()));
 }
 
+// The calling user, or the error to finish the call with.
+absl::StatusOr<auth::Principal> User(const auth::Authenticator* auth,
+                                     const grpc::CallbackServerContext* ctx,
+                                     absl::string_view what) {
+  ASSIGN_OR_RETURN(auth::Principal p, auth->Identify(ctx));
+  RETURN_IF_ERROR(auth::RequireUser(p, what));
+  return p;
+}
+
+// OK when `p` may read the logs of (or cancel) job `id`; NOT_FOUND passes
+// through for the caller to report.
+absl::Status CheckOwner(Controller* controller, const auth::Principal& p,
+                        const std::string& id, absl::string_view what) {
+  if (id.empty()) {
+    return absl::InvalidArgumentError("job_id: required; see xlctl list");
+  }
+  ASSIGN_OR_RETURN(v1::Job job, controller->GetJob(id));
+  return auth::RequireOwner(p, job, what);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
     grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* request,
     v1::SubmitJobResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  auto who = User(auth_, ctx, "submit");
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
   if (!request->has_spec()) {
     reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
         "spec: required; send the job's JobSpec")));
     return reactor;
   }
   controller_->Submit(
-      CallerUser(ctx), *request,
+      who->name, *request,
       [reactor, response](absl::StatusOr<v1::SubmitJobResponse> result) {
         FinishWith(reactor, std::move(result), response);
       });
@@ -36,7 +60,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(
     grpc::CallbackServerContext* ctx, const v1::GetJobRequest* request,
     v1::Job* response) {
   auto* reactor = ctx->DefaultReactor();
-  FinishWith(reactor, controller_->GetJob(request->job_id()), response);
+  auto who = User(auth_, ctx, "get job");
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  auto job = controller_->GetJob(request->job_id());
+  if (job.ok()) auth::RedactJobFor(*who, &*job);
+  FinishWith(reactor, std::move(job), response);
   return reactor;
 }
 
@@ -44,7 +75,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
     grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* request,
     v1::ListJobsResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  FinishWith(reactor, controller_->ListJobs(*request), response);
+  auto who = User(auth_, ctx, "list jobs");
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  auto jobs = controller_->ListJobs(*request);
+  if (jobs.ok()) {
+    for (v1::Job& job : *jobs->mutable_jobs()) auth::RedactJobFor(*who, &job);
+  }
+  FinishWith(reactor, std::move(jobs), response);
   return reactor;
 }
 
@@ -52,9 +92,22 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
     grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* request,
     v1::CancelJobResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  controller_->Cancel(CallerUser(ctx), *request,
-                      [reactor, response](absl::StatusOr<v1::Job> job) {
-                        if (job.ok()) *response->mutable_job() = *job;
+  auto who = User(auth_, ctx, "cancel");
+  absl::Status allowed = who.status();
+  if (allowed.ok()) {
+    allowed = CheckOwner(controller_, *who, request->job_id(), "cancel");
+  }
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
+  auth::Principal p = *who;
+  controller_->Cancel(p.name, *request,
+                      [reactor, response, p](absl::StatusOr<v1::Job> job) {
+                        if (job.ok()) {
+                          *response->mutable_job() = *job;
+                          auth::RedactJobFor(p, response->mutable_job());
+                        }
                         reactor->Finish(ToGrpcStatus(job.status()));
                       });
   return reactor;
@@ -62,12 +115,15 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* request) {
-  (void)ctx;
   Controller* c = controller_;
   std::string id = request->job_id();
+  // Anyone may follow a job's events (they carry no environment).
+  absl::Status allowed = User(auth_, ctx, "watch").status();
   return FeedReactor<v1::JobEvent>::Start(
       c, id, request->after_seq(), /*follow=*/true,
-      [c, id](int64_t after, std::vector<v1::JobEvent>* out, bool* finished) {
+      [c, id, allowed](int64_t after, std::vector<v1::JobEvent>* out,
+                       bool* finished) {
+        RETURN_IF_ERROR(allowed);
         if (id.empty()) {
           return absl::InvalidArgumentError("job_id: required; see xlctl list");
         }
@@ -77,17 +133,21 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
 
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamLogs(
     grpc::CallbackServerContext* ctx, const v1::StreamLogsRequest* request) {
-  (void)ctx;
   Controller* c = controller_;
   std::string id = request->job_id();
+  // Only the owner and admins read a job's output.
+  auto who = User(auth_, ctx, "logs");
+  absl::Status allowed = who.status();
+  if (allowed.ok()) allowed = CheckOwner(c, *who, id, "logs");
   int rank = request->all_ranks() ? -1 : request->rank();
   int64_t job_num = 0;
   bool numeric = absl::SimpleAtoi(id, &job_num);
   return FeedReactor<v1::LogChunk>::Start(
       c, id, request->after_seq(), request->follow(),
-      [c, id, rank, job_num, numeric](int64_t after,
-                                      std::vector<v1::LogChunk>* out,
-                                      bool* finished) -> absl::Status {
+      [c, id, rank, job_num, numeric, allowed](
+          int64_t after, std::vector<v1::LogChunk>* out,
+          bool* finished) -> absl::Status {
+        RETURN_IF_ERROR(allowed);
         if (id.empty()) {
           return absl::InvalidArgumentError("job_id: required; see xlctl list");
         }
@@ -105,8 +165,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetQueue(
     v1::GetQueueResponse* response) {
   (void)request;
   auto* reactor = ctx->DefaultReactor();
-  *response = controller_->GetQueue();
-  reactor->Finish(grpc::Status::OK);
+  absl::Status allowed = User(auth_, ctx, "queue").status();
+  if (allowed.ok()) *response = controller_->GetQueue();
+  reactor->Finish(ToGrpcStatus(allowed));
   return reactor;
 }
 
@@ -114,6 +175,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(
     grpc::CallbackServerContext* ctx, const v1::GetJobMetricsRequest* request,
     v1::GetJobMetricsResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  // Training output, like logs: the owner's and admins' only.
+  auto who = User(auth_, ctx, "metrics");
+  absl::Status allowed = who.status();
+  if (allowed.ok()) {
+    allowed = CheckOwner(controller_, *who, request->job_id(), "metrics");
+  }
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   FinishWith(reactor, controller_->GetJobMetrics(*request), response);
   return reactor;
 }
@@ -122,6 +193,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::PlanResources(
     grpc::CallbackServerContext* ctx, const v1::PlanResourcesRequest* request,
     v1::Plan* response) {
   auto* reactor = ctx->DefaultReactor();
+  absl::Status allowed = User(auth_, ctx, "plan").status();
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   FinishWith(reactor, controller_->PlanResources(request->model()), response);
   return reactor;
 }

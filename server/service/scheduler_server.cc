@@ -3,11 +3,83 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/crypto/openssl.h"
 #include "common/status.h"
 
 namespace xl::service {
+
+bool IsLoopbackHost(const std::string& host) {
+  std::string h = host;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
+    h = h.substr(1, h.size() - 2);
+  }
+  return h == "localhost" || h == "::1" || absl::StartsWith(h, "127.");
+}
+
+namespace {
+
+// The listener's credentials and the authenticator that goes with them.
+absl::Status SetUpSecurity(const ServerOptions& opts, const std::string& host,
+                           std::shared_ptr<grpc::ServerCredentials>* creds,
+                           auth::TokenStore* tokens,
+                           std::unique_ptr<auth::Authenticator>* authn,
+                           NodeCa* ca) {
+  const int given = !opts.tls_cert_file.empty() + !opts.tls_key_file.empty() +
+                    !opts.tls_ca_file.empty();
+  if (given != 0 && given != 3) {
+    return absl::InvalidArgumentError(
+        "--tls-cert, --tls-key and --tls-ca go together: the server's "
+        "certificate and key, and the CA that signs the agents' "
+        "certificates; see README, Security");
+  }
+  if (!opts.ca_cert_file.empty() || !opts.ca_key_file.empty()) {
+    if (opts.ca_cert_file.empty() || opts.ca_key_file.empty() || given == 0) {
+      return absl::InvalidArgumentError(
+          "--ca-cert and --ca-key go together, and with --tls-cert, "
+          "--tls-key and --tls-ca");
+    }
+    ASSIGN_OR_RETURN(ca->cert_pem, crypto::ReadFile(opts.ca_cert_file));
+    ASSIGN_OR_RETURN(ca->key_pem, crypto::ReadFile(opts.ca_key_file));
+  }
+  if (given == 3) {
+    grpc::SslServerCredentialsOptions ssl(
+        GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    ASSIGN_OR_RETURN(pair.cert_chain, crypto::ReadFile(opts.tls_cert_file));
+    ASSIGN_OR_RETURN(pair.private_key, crypto::ReadFile(opts.tls_key_file));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, crypto::ReadFile(opts.tls_ca_file));
+    ssl.pem_key_cert_pairs.push_back(pair);
+    *creds = grpc::SslServerCredentials(ssl);
+    *authn = std::make_unique<auth::Authenticator>(
+        auth::Authenticator::On(tokens, RealClock::Get()));
+    return absl::OkStatus();
+  }
+  *creds = grpc::InsecureServerCredentials();
+  std::string warning;
+  if (!IsLoopbackHost(host)) {
+    if (!opts.insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--listen ", opts.listen,
+          ": refusing to serve a non-loopback address without TLS and "
+          "tokens, since anyone who reaches the port could run code on "
+          "every node; give --tls-cert, --tls-key and --tls-ca (see README, "
+          "Security), listen on 127.0.0.1, or pass --insecure on a "
+          "network you trust"));
+    }
+    warning = absl::StrCat(
+        "insecure: this scheduler serves ", opts.listen,
+        " without TLS or tokens (--insecure); anyone who can reach the port "
+        "is anyone");
+  }
+  *authn = std::make_unique<auth::Authenticator>(
+      auth::Authenticator::Off(std::move(warning)));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     ServerOptions opts) {
@@ -31,11 +103,18 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
         "--listen: '", opts.listen, "' is not HOST:PORT, e.g. 127.0.0.1:7070"));
   }
   const std::string host = opts.listen.substr(0, colon);
+  auto tokens = auth::TokenStore::Open(opts.db);
+  if (!tokens.ok()) return Annotate(tokens.status(), "--db (tokens)");
+  s->tokens_ = std::move(*tokens);
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  NodeCa node_ca;
+  RETURN_IF_ERROR(SetUpSecurity(opts, host, &creds, s->tokens_.get(),
+                                &s->authenticator_, &node_ca));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(opts.listen, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(opts.listen, creds,
                            &s->port_);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
@@ -49,9 +128,13 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                                                 RealClock::Get(), copts);
   auto recovered = s->controller_->Recover();
   if (!recovered.ok()) return Annotate(recovered, "recovering from --db");
-  s->jobs_ = std::make_unique<JobServiceImpl>(s->controller_.get());
-  s->nodes_ = std::make_unique<NodeServiceImpl>(s->controller_.get());
-  s->agents_ = std::make_unique<AgentServiceImpl>(s->controller_.get());
+  const auth::Authenticator* authn = s->authenticator_.get();
+  s->jobs_ = std::make_unique<JobServiceImpl>(s->controller_.get(), authn);
+  s->nodes_ = std::make_unique<NodeServiceImpl>(s->controller_.get(), authn);
+  s->agents_ = std::make_unique<AgentServiceImpl>(s->controller_.get(), authn);
+  s->auth_ = std::make_unique<AuthServiceImpl>(s->controller_.get(), authn,
+                                               std::move(node_ca));
+  builder.RegisterService(s->auth_.get());
   builder.RegisterService(s->jobs_.get());
   builder.RegisterService(s->nodes_.get());
   builder.RegisterService(s->agents_.get());

@@ -23,7 +23,21 @@ struct ServerOptions {
   // The SQLite file.
   std::string db;
   control::ControllerOptions controller;
+  // TLS: the server's certificate and key, and the CA that client
+  // certificates (agents') must chain to. All three, or none. With them,
+  // auth is on: users need a token, agents a node certificate.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;
+  // The CA that signs node certificates for join tokens (optional).
+  std::string ca_cert_file;
+  std::string ca_key_file;
+  // Serve without TLS on a non-loopback address (warned about).
+  bool insecure = false;
 };
+
+// True for 127.0.0.0/8, ::1 and localhost.
+bool IsLoopbackHost(const std::string& host);
 
 class SchedulerServer {
  public:
@@ -34,12 +48,21 @@ class SchedulerServer {
   // The address clients and agents use, with the port actually bound.
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // Auth is on (TLS, tokens and node certificates).
+  bool auth_enabled() const { return authenticator_->enabled(); }
+  // Non-empty when running with --insecure.
+  const std::string& security_warning() const {
+    return authenticator_->warning();
+  }
   void Shutdown();
 
  private:
   SchedulerServer() = default;
   std::unique_ptr<store::DbLock> lock_;
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<auth::TokenStore> tokens_;
+  std::unique_ptr<auth::Authenticator> authenticator_;
+  std::unique_ptr<AuthServiceImpl> auth_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<NodeServiceImpl> nodes_;

@@ -1,10 +1,14 @@
-// The gRPC faces of the Controller: JobService, NodeService and
-// AgentService, all on the callback API. Each method converts, calls the
-// Controller, and converts back; no state lives here. Thread-safe.
+// The gRPC faces of the Controller: JobService, NodeService, AgentService,
+// RendezvousService and AuthService, all on the callback API. Each method
+// identifies the caller (auth::Authenticator), applies the permission rules
+// (auth/authenticator.h), converts, calls the Controller, and converts back;
+// no state lives here. Thread-safe.
 #ifndef XL_SERVER_SERVICE_SERVICES_H_
 #define XL_SERVER_SERVICE_SERVICES_H_
 
+#include "server/auth/authenticator.h"
 #include "server/control/controller.h"
+#include "xl/v1/auth.grpc.pb.h"
 #include "xl/v1/agent.grpc.pb.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
@@ -15,7 +19,8 @@ using control::Controller;
 
 class JobServiceImpl : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(Controller* controller) : controller_(controller) {}
+  JobServiceImpl(Controller* controller, const auth::Authenticator* auth)
+      : controller_(controller), auth_(auth) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const v1::SubmitJobRequest* request,
@@ -47,11 +52,13 @@ class JobServiceImpl : public v1::JobService::CallbackService {
 
  private:
   Controller* const controller_;
+  const auth::Authenticator* const auth_;
 };
 
 class NodeServiceImpl : public v1::NodeService::CallbackService {
  public:
-  explicit NodeServiceImpl(Controller* controller) : controller_(controller) {}
+  NodeServiceImpl(Controller* controller, const auth::Authenticator* auth)
+      : controller_(controller), auth_(auth) {}
 
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
                                       const v1::ListNodesRequest* request,
@@ -68,21 +75,25 @@ class NodeServiceImpl : public v1::NodeService::CallbackService {
 
  private:
   Controller* const controller_;
+  const auth::Authenticator* const auth_;
 };
 
 class AgentServiceImpl : public v1::AgentService::CallbackService {
  public:
-  explicit AgentServiceImpl(Controller* controller) : controller_(controller) {}
+  AgentServiceImpl(Controller* controller, const auth::Authenticator* auth)
+      : controller_(controller), auth_(auth) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override;
 
  private:
   Controller* const controller_;
+  const auth::Authenticator* const auth_;
 };
 
 class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
  public:
+  // Needs no caller identity: every call carries the attempt's token.
   explicit RendezvousServiceImpl(Controller* controller)
       : controller_(controller) {}
 
@@ -95,6 +106,42 @@ class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {
 
  private:
   Controller* const controller_;
+};
+
+// Identity and credentials. Token management is for admins; JoinNode signs
+// node certificates with the CA given (none: join tokens are refused).
+struct NodeCa {
+  std::string cert_pem;
+  std::string key_pem;
+  absl::Duration validity = absl::Hours(24 * 365);
+};
+
+class AuthServiceImpl : public v1::AuthService::CallbackService {
+ public:
+  AuthServiceImpl(Controller* controller, const auth::Authenticator* auth,
+                  NodeCa ca)
+      : controller_(controller), auth_(auth), ca_(std::move(ca)) {}
+
+  grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* ctx,
+                                   const v1::WhoAmIRequest* request,
+                                   v1::WhoAmIResponse* response) override;
+  grpc::ServerUnaryReactor* CreateToken(
+      grpc::CallbackServerContext* ctx, const v1::CreateTokenRequest* request,
+      v1::CreateTokenResponse* response) override;
+  grpc::ServerUnaryReactor* ListTokens(
+      grpc::CallbackServerContext* ctx, const v1::ListTokensRequest* request,
+      v1::ListTokensResponse* response) override;
+  grpc::ServerUnaryReactor* RevokeToken(
+      grpc::CallbackServerContext* ctx, const v1::RevokeTokenRequest* request,
+      v1::RevokeTokenResponse* response) override;
+  grpc::ServerUnaryReactor* JoinNode(grpc::CallbackServerContext* ctx,
+                                     const v1::JoinNodeRequest* request,
+                                     v1::JoinNodeResponse* response) override;
+
+ private:
+  Controller* const controller_;
+  const auth::Authenticator* const auth_;
+  const NodeCa ca_;
 };
 
 }  // namespace xl::service

@@ -1,0 +1,122 @@
+#include "server/auth/authenticator.h"
+
+#include <grpcpp/security/auth_context.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "server/service/identity.h"
+
+namespace xl::auth {
+namespace {
+
+constexpr char kAuthorization[] = "authorization";
+
+// The node name of a verified client certificate, or "".
+std::string CertificateName(const grpc::CallbackServerContext* ctx) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return "";
+  for (const char* property :
+       {"x509_common_name", "x509_subject_alternative_name"}) {
+    auto values = auth->FindPropertyValues(property);
+    if (!values.empty()) {
+      return std::string(values.front().data(), values.front().size());
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Authenticator Authenticator::Off(std::string warning) {
+  Authenticator a;
+  a.warning_ = std::move(warning);
+  return a;
+}
+
+Authenticator Authenticator::On(TokenStore* tokens, const Clock* clock) {
+  Authenticator a;
+  a.tokens_ = tokens;
+  a.clock_ = clock;
+  return a;
+}
+
+absl::StatusOr<Principal> Authenticator::Identify(
+    const grpc::CallbackServerContext* ctx) const {
+  Principal p;
+  if (!enabled()) {
+    p.name = service::CallerUser(ctx);
+    p.admin = true;
+    return p;
+  }
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kAuthorization);
+  if (it != md.end()) {
+    absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::ConsumePrefix(&value, "Bearer ")) {
+      return absl::UnauthenticatedError(
+          "the authorization metadata must read \"Bearer <token>\"");
+    }
+    auto info = tokens_->VerifyUser(std::string(value), clock_->Now());
+    if (!info.ok()) return info.status();
+    p.name = info->user;
+    p.admin = info->admin;
+    p.authenticated = true;
+    return p;
+  }
+  std::string node = CertificateName(ctx);
+  if (!node.empty()) {
+    p.kind = Principal::Kind::kNode;
+    p.name = node;
+    p.authenticated = true;
+    return p;
+  }
+  return absl::UnauthenticatedError(
+      "no credential: this scheduler takes calls only with a user's token "
+      "(\"authorization: Bearer <token>\") or an agent's client "
+      "certificate");
+}
+
+absl::Status RequireUser(const Principal& p, absl::string_view what) {
+  if (p.is_user()) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, ": the certificate of node ", p.name,
+                   " may only run an agent session; users need a token"));
+}
+
+absl::Status RequireAdmin(const Principal& p, absl::string_view what) {
+  if (p.is_user() && p.admin) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, ": only admins may do this, and ", p.is_node() ? "node " : "",
+      p.name, " is not one"));
+}
+
+bool OwnsOrAdmin(const Principal& p, const std::string& owner) {
+  return p.is_user() && (p.admin || p.name == owner);
+}
+
+absl::Status RequireOwner(const Principal& p, const v1::Job& job,
+                          absl::string_view what) {
+  if (OwnsOrAdmin(p, job.user())) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, ": job ", job.id(), " belongs to ", job.user(),
+                   "; only its owner or an admin may do this, and you are ",
+                   p.name));
+}
+
+void RedactJob(v1::Job* job, bool full) {
+  auto* env = job->mutable_spec()->mutable_env();
+  if (!full) {
+    for (auto& entry : *env) entry.second = kRedacted;
+  }
+  for (const std::string& key : job->spec().secret_env()) {
+    auto it = env->find(key);
+    if (it != env->end()) it->second = kRedacted;
+  }
+}
+
+void RedactJobFor(const Principal& p, v1::Job* job) {
+  RedactJob(job, OwnsOrAdmin(p, job->user()));
+}
+
+}  // namespace xl::auth

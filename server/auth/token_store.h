@@ -1,0 +1,92 @@
+// TokenStore: users' bearer tokens and agents' single-use join tokens, in
+// the scheduler's SQLite file (table `tokens`, schema/0007_tokens.sql).
+// A token reads "xl_<id>_<secret>"; only the SHA-256 of the secret is
+// stored, and it is compared in constant time. It has its own connection
+// to the database, so `xl-scheduler token` works on the file offline.
+// Every token is also held in memory (loaded at Open, updated after each
+// write commits), so checking a call's token reads no disk; only one
+// process uses the file at a time (the scheduler's DbLock).
+// Thread-safe: one mutex around the connection and the map.
+#ifndef XL_SERVER_AUTH_TOKEN_STORE_H_
+#define XL_SERVER_AUTH_TOKEN_STORE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/store/sqlite.h"
+
+namespace xl::auth {
+
+inline constexpr char kUserToken[] = "user";
+inline constexpr char kJoinToken[] = "join";
+
+struct TokenInfo {
+  std::string id;
+  std::string kind;  // kUserToken or kJoinToken
+  // The user; for a join token, the node it is bound to ("" for any).
+  std::string user;
+  bool admin = false;
+  absl::Time created;
+  absl::Time expires = absl::InfiniteFuture();
+  absl::Time revoked = absl::InfinitePast();  // InfinitePast: not revoked
+  std::string used_by;
+};
+
+class TokenStore {
+ public:
+  // Opens the database at `db_path` (created and migrated if needed).
+  static absl::StatusOr<std::unique_ptr<TokenStore>> Open(
+      const std::string& db_path);
+
+  // Creates a token; returns its record and the token, which is not kept.
+  // `ttl` InfiniteDuration: never expires. INVALID_ARGUMENT for a bad user
+  // name or a ttl <= 0.
+  absl::StatusOr<std::pair<TokenInfo, std::string>> Create(
+      const std::string& kind, const std::string& user, bool admin,
+      absl::Duration ttl, absl::Time now);
+  // NOT_FOUND for an unknown id; revoking twice keeps the first time.
+  absl::StatusOr<TokenInfo> Revoke(const std::string& id, absl::Time now);
+  // Every token, oldest first.
+  absl::StatusOr<std::vector<TokenInfo>> List();
+  // The record of a valid user token; UNAUTHENTICATED saying why not
+  // (malformed, unknown, wrong secret, expired, revoked).
+  absl::StatusOr<TokenInfo> VerifyUser(const std::string& token,
+                                       absl::Time now);
+  // Spends a valid join token for `node`: it cannot be used again.
+  // UNAUTHENTICATED as for VerifyUser; PERMISSION_DENIED when the token is
+  // bound to another node.
+  absl::StatusOr<TokenInfo> UseJoin(const std::string& token,
+                                    const std::string& node, absl::Time now);
+
+ private:
+  struct Entry {
+    TokenInfo info;
+    std::string hash;  // hex SHA-256 of the secret
+  };
+  explicit TokenStore(std::unique_ptr<store::Db> db) : db_(std::move(db)) {}
+  absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<TokenInfo> Verify(const std::string& token,
+                                   const std::string& kind, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  std::unique_ptr<store::Db> db_ ABSL_GUARDED_BY(mu_);
+  // id -> token, as committed.
+  std::map<std::string, Entry> tokens_ ABSL_GUARDED_BY(mu_);
+};
+
+// Checks a user or node name: 1 to 64 of [A-Za-z0-9._@-].
+absl::Status ValidatePrincipalName(const std::string& name,
+                                   const std::string& field);
+
+}  // namespace xl::auth
+
+#endif  // XL_SERVER_AUTH_TOKEN_STORE_H_
