@@ -174,6 +174,29 @@ int main(int argc, char** argv) {
                  "keep at most this many bytes of finished jobs' output; the "
                  "oldest go first")
       ->capture_default_str();
+  xl::state::SubmitLimits& limits = opts.controller.submit_limits;
+  app.add_option("--max-pending-per-user", limits.max_pending,
+                 "PENDING jobs one user may have; more submits get "
+                 "RESOURCE_EXHAUSTED (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--submit-rate-per-user", limits.rate,
+                 "submits per second one user may sustain (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--submit-burst-per-user", limits.burst,
+                 "submits one user may make at once before the rate applies")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e9));
+  app.add_option("--max-streams", opts.max_streams,
+                 "open watch and log streams the scheduler serves at once; "
+                 "more get RESOURCE_EXHAUSTED (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-streams-per-user", opts.max_streams_per_user,
+                 "open watch and log streams one user may hold (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--port-file", port_file,
                  "write the bound port to this file once listening");
   std::string dev_env;

@@ -24,6 +24,7 @@ Controller::Controller(store::Store* store, const Clock* clock,
     : store_(store),
       clock_(clock),
       opts_(std::move(opts)),
+      quota_(opts_.submit_limits),
       rendezvous_(clock),
       ports_(opts_.master_port_base, opts_.master_port_count) {}
 

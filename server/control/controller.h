@@ -49,6 +49,7 @@
 #include "server/scheduler/placement.h"
 #include "server/state/agent_connection.h"
 #include "server/state/job_table.h"
+#include "server/state/submit_quota.h"
 #include "server/state/ledger.h"
 #include "server/state/node_table.h"
 #include "server/state/ports.h"
@@ -91,6 +92,8 @@ struct ControllerOptions {
   // the nodes': their heartbeat clocks move on by the gap. Tests that step
   // a fake clock without ticking turn it off (InfiniteDuration).
   absl::Duration self_pause = absl::Seconds(3);
+  // Per-user limits on pending jobs and on the submit rate.
+  state::SubmitLimits submit_limits;
 };
 
 class Controller {
@@ -284,6 +287,14 @@ class Controller {
   state::MasterPorts ports_ ABSL_GUARDED_BY(mu_);
   // Submits whose write has not committed yet.
   std::set<int64_t> uncommitted_ ABSL_GUARDED_BY(mu_);
+  // Per-user submit limits, and each user's accepted submits not yet
+  // committed (they count as pending).
+  state::SubmitQuota quota_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> submitting_ ABSL_GUARDED_BY(mu_);
+  int64_t SubmittingOf(const std::string& user) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DoneSubmitting(const std::string& user)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs submitted since the last pass (a pass over only these suffices
   // when no capacity was freed).
   std::vector<int64_t> new_pending_ ABSL_GUARDED_BY(mu_);

@@ -45,6 +45,7 @@ void Controller::Submit(
         "idempotency_key: longer than 256 characters; use a UUID"));
     return;
   }
+  const std::string scoped_key = state::JobTable::ScopedKey(user, key);
   auto rec = std::make_shared<JobRecord>();
   absl::Status refused;
   uint64_t generation = 0;
@@ -53,8 +54,8 @@ void Controller::Submit(
     generation = generation_;
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
-    } else if (!key.empty() && jobs_.keys().count(key) > 0) {
-      const int64_t id = jobs_.keys()[key];
+    } else if (!key.empty() && jobs_.keys().count(scoped_key) > 0) {
+      const int64_t id = jobs_.keys()[scoped_key];
       v1::SubmitJobResponse resp;
       resp.set_job_id(absl::StrCat(id));
       resp.set_created(false);
@@ -81,7 +82,13 @@ void Controller::Submit(
                       }
                     });
       return;
+    } else if (absl::Status q = quota_.Admit(
+                   user, jobs_.PendingOf(user) + SubmittingOf(user),
+                   clock_->MonotonicNow());
+               !q.ok()) {
+      refused = std::move(q);
     } else {
+      ++submitting_[user];
       const int64_t id = jobs_.TakeId();
       rec->id = id;
       v1::Job& job = rec->job;
@@ -105,7 +112,7 @@ void Controller::Submit(
       e.set_attempt(1);
       e.set_reason(absl::StrCat("submitted by ", user));
       rec->events.push_back(e);
-      if (!key.empty()) jobs_.keys()[key] = id;
+      if (!key.empty()) jobs_.keys()[scoped_key] = id;
       uncommitted_.insert(id);
     }
   }
@@ -121,14 +128,15 @@ void Controller::Submit(
         RETURN_IF_ERROR(tx.PutJob(rec->job));
         return tx.AddEvent(rec->events[0]);
       },
-      [this, rec, key, generation, done](absl::Status st) {
+      [this, rec, key, scoped_key, user, generation, done](absl::Status st) {
         const int64_t id = rec->id;
         if (!st.ok()) {
           EnterDegraded(st);
           {
             absl::MutexLock lock(&mu_);
             uncommitted_.erase(id);
-            auto it = jobs_.keys().find(key);
+            DoneSubmitting(user);
+            auto it = jobs_.keys().find(scoped_key);
             if (!key.empty() && it != jobs_.keys().end() && it->second == id) {
               jobs_.keys().erase(it);
             }
@@ -142,6 +150,7 @@ void Controller::Submit(
         {
           absl::MutexLock lock(&mu_);
           uncommitted_.erase(id);
+          DoneSubmitting(user);
           // After a reload the store already gave the model this job.
           if (generation == generation_ && jobs_.Find(id) == nullptr) {
             rec->committed_event_seq = 1;
@@ -157,6 +166,16 @@ void Controller::Submit(
         resp.set_created(true);
         done(resp);
       });
+}
+
+int64_t Controller::SubmittingOf(const std::string& user) const {
+  auto it = submitting_.find(user);
+  return it == submitting_.end() ? 0 : it->second;
+}
+
+void Controller::DoneSubmitting(const std::string& user) {
+  auto it = submitting_.find(user);
+  if (it != submitting_.end() && --it->second <= 0) submitting_.erase(it);
 }
 
 absl::StatusOr<v1::Job> Controller::GetJob(const std::string& job_id) {

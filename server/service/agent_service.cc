@@ -33,18 +33,37 @@ std::string PeerIp(const std::string& peer) {
 
 class AgentStream : public state::AgentConnection {
  public:
+  // Messages queued for one agent at most (an agent reads them as they
+  // come; thousands waiting means it stopped reading).
+  static constexpr size_t kMaxQueued = 10000;
+
   AgentStream(Reactor* reactor, std::string peer)
       : reactor_(reactor), peer_(std::move(peer)) {}
 
   bool Send(const v1::SchedulerMessage& msg) override {
     const v1::SchedulerMessage* next = nullptr;
+    bool overflow = false;
     {
       absl::MutexLock lock(&mu_);
       if (done_ || finishing_) return false;
-      queue_.push_back(msg);
-      if (writing_) return true;
-      writing_ = true;
-      next = &queue_.front();
+      if (queue_.size() >= kMaxQueued) {
+        overflow = true;
+      } else {
+        queue_.push_back(msg);
+        if (writing_) return true;
+        writing_ = true;
+        next = &queue_.front();
+      }
+    }
+    if (overflow) {
+      // An agent that does not read its stream would grow this queue
+      // without bound: its session ends, and it registers again.
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the agent left ", kMaxQueued,
+                       " messages unread; session closed; restart the agent "
+                       "if it does not reconnect")));
+      return false;
     }
     reactor_->StartWrite(next);
     return true;

@@ -30,12 +30,14 @@ class FeedReactor : public grpc::ServerWriteReactor<T> {
   using Fetch = std::function<absl::Status(int64_t after, std::vector<T>* out,
                                            bool* finished)>;
 
-  // Starts streaming at once; deletes itself when the RPC is done.
-  static grpc::ServerWriteReactor<T>* Start(Controller* controller,
-                                            std::string job_id, int64_t after,
-                                            bool follow, Fetch fetch) {
+  // Starts streaming at once; deletes itself when the RPC is done, after
+  // calling `on_done` (when set).
+  static grpc::ServerWriteReactor<T>* Start(
+      Controller* controller, std::string job_id, int64_t after, bool follow,
+      Fetch fetch, std::function<void()> on_done = nullptr) {
     auto* r = new FeedReactor(controller, std::move(job_id), after, follow,
                               std::move(fetch));
+    r->on_done_ = std::move(on_done);
     auto feed = r->feed_;
     r->listener_ = controller->AddListener(r->job_id_, [feed] {
       absl::MutexLock lock(&feed->mu);
@@ -127,6 +129,7 @@ class FeedReactor : public grpc::ServerWriteReactor<T> {
       feed_->reactor = nullptr;
     }
     controller_->RemoveListener(job_id_, listener_);
+    if (on_done_) on_done_();
     delete this;
   }
 
@@ -136,6 +139,7 @@ class FeedReactor : public grpc::ServerWriteReactor<T> {
   const Fetch fetch_;
   std::shared_ptr<Feed> feed_;
   int64_t listener_ = 0;
+  std::function<void()> on_done_;
 
   absl::Mutex mu_;
   int64_t after_ ABSL_GUARDED_BY(mu_);

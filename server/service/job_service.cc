@@ -34,6 +34,14 @@ absl::Status CheckOwner(Controller* controller, const auth::Principal& p,
 
 }  // namespace
 
+absl::Status JobServiceImpl::TakeStream(const std::string& user,
+                                        std::function<void()>* release) {
+  RETURN_IF_ERROR(streams_->Acquire(user));
+  StreamLimits* streams = streams_;
+  *release = [streams, user] { streams->Release(user); };
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
     grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* request,
     v1::SubmitJobResponse* response) {
@@ -118,7 +126,10 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
   Controller* c = controller_;
   std::string id = request->job_id();
   // Anyone may follow a job's events (they carry no environment).
-  absl::Status allowed = User(auth_, ctx, "watch").status();
+  auto who = User(auth_, ctx, "watch");
+  absl::Status allowed = who.status();
+  std::function<void()> release;
+  if (allowed.ok()) allowed = TakeStream(who->name, &release);
   return FeedReactor<v1::JobEvent>::Start(
       c, id, request->after_seq(), /*follow=*/true,
       [c, id, allowed](int64_t after, std::vector<v1::JobEvent>* out,
@@ -128,7 +139,8 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
           return absl::InvalidArgumentError("job_id: required; see xlctl list");
         }
         return c->ReadEvents(id, after, out, finished);
-      });
+      },
+      std::move(release));
 }
 
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamLogs(
@@ -139,6 +151,8 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamLogs(
   auto who = User(auth_, ctx, "logs");
   absl::Status allowed = who.status();
   if (allowed.ok()) allowed = CheckOwner(c, *who, id, "logs");
+  std::function<void()> release;
+  if (allowed.ok()) allowed = TakeStream(who->name, &release);
   int rank = request->all_ranks() ? -1 : request->rank();
   int64_t job_num = 0;
   bool numeric = absl::SimpleAtoi(id, &job_num);
@@ -155,9 +169,13 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamLogs(
         // has ended has all its logs in what follows.
         RETURN_IF_ERROR(c->JobFinished(id, finished));
         if (!numeric) return absl::OkStatus();
-        ASSIGN_OR_RETURN(*out, c->store()->ReadLogs(job_num, after, rank, 256));
+        // A few chunks at a time: a reader that does not read holds at most
+        // these here (agents send chunks of 64 KiB) plus gRPC's
+        // flow-control window, however much output the job has.
+        ASSIGN_OR_RETURN(*out, c->store()->ReadLogs(job_num, after, rank, 2));
         return absl::OkStatus();
-      });
+      },
+      std::move(release));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetQueue(

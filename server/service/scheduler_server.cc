@@ -120,6 +120,10 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // Message sizes: every request (a job spec, an agent's log chunk, a
+  // rendezvous value) fits in 4 MiB; replies are paged below 16 MiB.
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  builder.SetMaxSendMessageSize(kMaxReplyBytes);
 
   // The controller needs the final address for XL_SCHEDULER, known only
   // after binding; build the services first, start the loop after.
@@ -129,7 +133,10 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   auto recovered = s->controller_->Recover();
   if (!recovered.ok()) return Annotate(recovered, "recovering from --db");
   const auth::Authenticator* authn = s->authenticator_.get();
-  s->jobs_ = std::make_unique<JobServiceImpl>(s->controller_.get(), authn);
+  s->streams_ = std::make_unique<StreamLimits>(opts.max_streams,
+                                               opts.max_streams_per_user);
+  s->jobs_ = std::make_unique<JobServiceImpl>(s->controller_.get(), authn,
+                                              s->streams_.get());
   s->nodes_ = std::make_unique<NodeServiceImpl>(s->controller_.get(), authn);
   s->agents_ = std::make_unique<AgentServiceImpl>(s->controller_.get(), authn);
   s->auth_ = std::make_unique<AuthServiceImpl>(s->controller_.get(), authn,

@@ -34,7 +34,14 @@ struct ServerOptions {
   std::string ca_key_file;
   // Serve without TLS on a non-loopback address (warned about).
   bool insecure = false;
+  // Open WatchJob/StreamLogs streams, in all and per user (0: no limit).
+  int max_streams = 20000;
+  int max_streams_per_user = 5000;
 };
+
+// The largest message the scheduler takes, and the largest it sends.
+inline constexpr int kMaxRequestBytes = 4 << 20;
+inline constexpr int kMaxReplyBytes = 16 << 20;
 
 // True for 127.0.0.0/8, ::1 and localhost.
 bool IsLoopbackHost(const std::string& host);
@@ -62,6 +69,7 @@ class SchedulerServer {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<auth::TokenStore> tokens_;
   std::unique_ptr<auth::Authenticator> authenticator_;
+  std::unique_ptr<StreamLimits> streams_;
   std::unique_ptr<AuthServiceImpl> auth_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<JobServiceImpl> jobs_;

@@ -8,6 +8,7 @@
 
 #include "server/auth/authenticator.h"
 #include "server/control/controller.h"
+#include "server/service/stream_limits.h"
 #include "xl/v1/auth.grpc.pb.h"
 #include "xl/v1/agent.grpc.pb.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
@@ -19,8 +20,10 @@ using control::Controller;
 
 class JobServiceImpl : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(Controller* controller, const auth::Authenticator* auth)
-      : controller_(controller), auth_(auth) {}
+  // `streams` bounds WatchJob and StreamLogs; all three outlive this.
+  JobServiceImpl(Controller* controller, const auth::Authenticator* auth,
+                 StreamLimits* streams)
+      : controller_(controller), auth_(auth), streams_(streams) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const v1::SubmitJobRequest* request,
@@ -51,8 +54,13 @@ class JobServiceImpl : public v1::JobService::CallbackService {
       v1::GetJobMetricsResponse* response) override;
 
  private:
+  // A slot for one of `user`'s streams and the call that gives it back.
+  absl::Status TakeStream(const std::string& user,
+                          std::function<void()>* release);
+
   Controller* const controller_;
   const auth::Authenticator* const auth_;
+  StreamLimits* const streams_;
 };
 
 class NodeServiceImpl : public v1::NodeService::CallbackService {

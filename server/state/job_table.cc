@@ -34,7 +34,9 @@ JobRecord* JobTable::Find(int64_t id) {
 JobRecord& JobTable::Insert(JobRecord rec) {
   const int64_t id = rec.id;
   next_id_ = std::max(next_id_, id + 1);
-  if (!rec.job.idempotency_key().empty()) keys_[rec.job.idempotency_key()] = id;
+  if (!rec.job.idempotency_key().empty()) {
+    keys_[ScopedKey(rec.job.user(), rec.job.idempotency_key())] = id;
+  }
   if (rec.request == nullptr) rec.request = Intern(rec.job.spec().resources());
   scheduler::JobRequest& req = rec.as_request;
   req.job_id = rec.job.id();
@@ -52,19 +54,33 @@ void JobTable::Erase(int64_t id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   const v1::Job& job = it->second.job;
-  pending_.erase({-job.spec().priority(), id});
+  if (pending_.erase({-job.spec().priority(), id}) > 0) {
+    CountPending(job.user(), -1);
+  }
   active_.erase(id);
-  auto key = keys_.find(job.idempotency_key());
+  auto key = keys_.find(ScopedKey(job.user(), job.idempotency_key()));
   if (key != keys_.end() && key->second == id) keys_.erase(key);
   jobs_.erase(it);
 }
 
+void JobTable::CountPending(const std::string& user, int delta) {
+  int64_t& n = pending_by_user_[user];
+  n += delta;
+  if (n <= 0) pending_by_user_.erase(user);
+}
+
 void JobTable::Index(JobRecord* rec, v1::JobState from) {
   const int prio = rec->job.spec().priority();
-  if (from == v1::PENDING) pending_.erase({-prio, rec->id});
+  if (from == v1::PENDING && pending_.erase({-prio, rec->id}) > 0) {
+    CountPending(rec->job.user(), -1);
+  }
   if (IsActive(from)) active_.erase(rec->id);
   const v1::JobState to = rec->job.state();
-  if (to == v1::PENDING) pending_[{-prio, rec->id}] = rec;
+  if (to == v1::PENDING) {
+    auto [it, added] = pending_.insert({{-prio, rec->id}, rec});
+    it->second = rec;
+    if (added) CountPending(rec->job.user(), +1);
+  }
   if (IsActive(to)) active_.insert(rec->id);
 }
 
@@ -118,6 +134,7 @@ void JobTable::Clear() {
   pending_.clear();
   active_.clear();
   keys_.clear();
+  pending_by_user_.clear();
   requests_.clear();
 }
 

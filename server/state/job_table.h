@@ -101,17 +101,31 @@ class JobTable {
   // SCHEDULED and RUNNING jobs.
   const std::set<int64_t>& active() const { return active_; }
   // Idempotency key -> job id, including submits not yet committed.
+  // Idempotency keys are the caller's: the same key from two users names
+  // two jobs. ScopedKey(user, key) -> job id.
+  static std::string ScopedKey(const std::string& user,
+                               const std::string& key) {
+    return user + '\x1f' + key;
+  }
   std::map<std::string, int64_t>& keys() { return keys_; }
+  // PENDING jobs of `user`.
+  int64_t PendingOf(const std::string& user) const {
+    auto it = pending_by_user_.find(user);
+    return it == pending_by_user_.end() ? 0 : it->second;
+  }
   void Clear();
 
  private:
   void Index(JobRecord* rec, v1::JobState from);
+  void CountPending(const std::string& user, int delta);
 
   std::map<int64_t, JobRecord> jobs_;
   int64_t next_id_ = 1;
   std::map<std::pair<int, int64_t>, JobRecord*> pending_;
   std::set<int64_t> active_;
   std::map<std::string, int64_t> keys_;
+  // user -> how many of pending_ are theirs (no zero entries).
+  std::map<std::string, int64_t> pending_by_user_;
   std::map<std::string, std::weak_ptr<const v1::ResourceRequest>> requests_;
   int64_t interned_ = 0;
 };

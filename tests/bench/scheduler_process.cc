@@ -84,7 +84,11 @@ absl::StatusOr<std::unique_ptr<SchedulerProcess>> SchedulerProcess::Start(
   p->log_ = dir + "/scheduler.log";
   std::vector<std::string> args = {binary,        "--listen", "127.0.0.1:0",
                                    "--port-file", port_file,  "--db",
-                                   p->db_};
+                                   p->db_,
+                                   // The benchmarks submit as one user as
+                                   // fast as they can: no per-user limits.
+                                   "--max-pending-per-user", "0",
+                                   "--submit-rate-per-user", "0"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

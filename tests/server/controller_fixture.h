@@ -107,6 +107,7 @@ class ControllerTest : public ::testing::Test {
     opts.retention = retention_;
     opts.self_pause = self_pause_;
     opts.max_log_bytes_per_job = max_log_bytes_per_job_;
+    opts.submit_limits = submit_limits_;
     controller_ = std::make_unique<Controller>(faulty_.get(), &clock_, opts);
     ASSERT_TRUE(controller_->Recover().ok());
   }
@@ -169,7 +170,7 @@ class ControllerTest : public ::testing::Test {
     absl::Mutex mu;
     bool done = false;
     absl::StatusOr<v1::SubmitJobResponse> out;
-    controller_->Submit("alice", req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
+    controller_->Submit(user_, req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
       absl::MutexLock lock(&mu);
       out = std::move(r);
       done = true;
@@ -231,6 +232,11 @@ class ControllerTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  // Who Submit() submits as, and the limits Open() gives the controller
+  // (none unless a test sets them).
+  std::string user_ = "alice";
+  state::SubmitLimits submit_limits_{/*max_pending=*/0, /*rate=*/0,
+                                     /*burst=*/1};
   std::string dir_;
   RetentionPolicy retention_;
   int64_t max_log_bytes_per_job_ = int64_t{1} << 30;

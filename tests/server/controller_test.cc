@@ -132,6 +132,61 @@ TEST_F(ControllerTest, IdempotencyKeyGivesOneJobAcrossRestart) {
   EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 2);
 }
 
+TEST_F(ControllerTest, IdempotencyKeysAreEachUsersOwn) {
+  std::string alices = Submit(1, 0, "key-1");
+  user_ = "bob";
+  std::string bobs = Submit(1, 0, "key-1");
+  EXPECT_NE(alices, bobs) << "bob's submit was answered with alice's job";
+  EXPECT_EQ(controller_->GetJob(bobs)->user(), "bob");
+  Open();
+  EXPECT_EQ(Submit(1, 0, "key-1"), bobs);
+  user_ = "alice";
+  EXPECT_EQ(Submit(1, 0, "key-1"), alices);
+}
+
+TEST_F(ControllerTest, PendingJobsPerUserAreLimited) {
+  submit_limits_.max_pending = 3;
+  Open();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(Submit(1, 0));
+  auto refused = TrySubmit(1, 0);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("--max-pending-per-user 3"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 3) << "a refusal changed state";
+  user_ = "bob";  // another user is not held back by alice's queue
+  Submit(1, 0);
+  user_ = "alice";
+  ASSERT_TRUE(CancelSync(ids[0]).ok());
+  Submit(1, 0);
+  // The count is rebuilt from the store after a restart.
+  Open();
+  EXPECT_EQ(TrySubmit(1, 0).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(ControllerTest, SubmitRatePerUserIsLimited) {
+  submit_limits_.rate = 2;
+  submit_limits_.burst = 3;
+  Open();
+  for (int i = 0; i < 3; ++i) Submit(1, 0);
+  auto refused = TrySubmit(1, 0);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("retry in 0.50s"),
+            std::string::npos)
+      << refused.status();
+  clock_.StepWall(absl::Hours(1));  // a wall step refills nothing
+  EXPECT_FALSE(TrySubmit(1, 0).ok());
+  clock_.Advance(absl::Milliseconds(500));
+  Submit(1, 0);
+  EXPECT_FALSE(TrySubmit(1, 0).ok());
+  user_ = "bob";
+  Submit(1, 0);
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 5);
+}
+
 TEST_F(ControllerTest, PendingJobSurvivesRestartAndKeepsItsReason) {
   std::string id = Submit(3, 8);
   controller_->Tick();
