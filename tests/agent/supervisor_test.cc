@@ -28,6 +28,15 @@
 namespace xl::agent {
 namespace {
 
+// The supervisor as a single-user development agent runs it: ranks as the
+// test's own user (root in CI) and no cgroups.
+SupervisorOptions AgentUserOptions() {
+  SupervisorOptions options;
+  options.run_as = RunAs::kAgent;
+  options.allow_root_jobs = true;
+  return options;
+}
+
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(4);
@@ -194,7 +203,7 @@ class SupervisorTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(supervisor_->Start().ok()); }
 
   SupervisorOptions Options() {
-    SupervisorOptions options;
+    SupervisorOptions options = AgentUserOptions();
     options.work_dir = dir_.path() + "/work";
     options.scratch_dir = dir_.path() + "/scratch";
     return options;
@@ -253,8 +262,9 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheGivenOnePlusCheckpointAndPath) {
   const std::string checkpoints = dir_.path() + "/scratch/checkpoints/envjob";
   std::set<std::string> want = {"RANK=0", "FOO=bar baz", "HOME=/home/rank",
                                 "XL_CHECKPOINT_DIR=" + checkpoints,
-                                "XL_METRICS_FD=3"};
-  for (const char* name : {"PATH", "LANG", "TMPDIR"}) {
+                                "XL_METRICS_FD=3",
+                                "TMPDIR=" + dir_.path() + "/work/tmp/envjob-1"};
+  for (const char* name : {"PATH", "LANG"}) {
     if (const char* v = getenv(name)) want.insert(absl::StrCat(name, "=", v));
   }
   EXPECT_EQ(got, want);
@@ -666,7 +676,7 @@ TEST(SupervisorRetentionTest, ExitedRanksArePrunedAfterTheRetention) {
   TempDir dir;
   FakeClock clock;
   RecordingSink sink;
-  SupervisorOptions options;
+  SupervisorOptions options = AgentUserOptions();
   options.work_dir = dir.path();
   options.scratch_dir = dir.path();
   options.clock = &clock;
@@ -716,7 +726,7 @@ TEST(SupervisorClockTest, GraceAndPartialLineFollowTheMonotonicClock) {
   TempDir dir;
   FakeClock clock;
   RecordingSink sink;
-  SupervisorOptions options;
+  SupervisorOptions options = AgentUserOptions();
   options.work_dir = dir.path();
   options.scratch_dir = dir.path();
   options.clock = &clock;
@@ -861,7 +871,7 @@ class SupervisorStartingTest : public ::testing::Test {
   TempDir dir_;
   FakeClock clock_;
   RecordingSink sink_;
-  SupervisorOptions options_;
+  SupervisorOptions options_ = AgentUserOptions();
   std::unique_ptr<Supervisor> supervisor_;
 };
 
@@ -969,7 +979,7 @@ class GatedSink : public RecordingSink {
 TEST(SupervisorQueuedStartTest, QueuedStartIsInTheSnapshotAtOnce) {
   TempDir dir;
   GatedSink sink;
-  SupervisorOptions options;
+  SupervisorOptions options = AgentUserOptions();
   options.work_dir = dir.path();
   options.scratch_dir = dir.path();
   Supervisor supervisor(options, &sink);
