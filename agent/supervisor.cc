@@ -1167,12 +1167,15 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
     // memory: that is most likely why.
     if ((status.signal() != 0 || status.exit_code() != 0) &&
         cgroup.OomKills() > 0) {
+      // Said first: the scheduler quotes a signalled rank's message only
+      // when it says more than the signal.
       status.set_message(absl::StrCat(
-          status.message(), ": the OOM killer ended a process of the job, "
-          "which exceeded its memory limit of ", cgroup.memory_limit(),
+          "the job exceeded its memory limit of ", cgroup.memory_limit(),
           " bytes (", HumanBytes(cgroup.memory_limit()),
-          ") on this node (peak ", HumanBytes(status.peak_memory_bytes()),
-          "); raise resources.memory_bytes_per_node or use less memory"));
+          ") on this node and the OOM killer ended a process of it (peak ",
+          HumanBytes(status.peak_memory_bytes()),
+          "); raise resources.memory_bytes_per_node or use less memory (",
+          status.message(), ")"));
     }
   }
   // The job's outcome need not wait for the rest of the group; the
