@@ -34,7 +34,11 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
   // the job asked for on each node.
   start->set_user(job.user());
   v1::ResourceLimits* limits = start->mutable_limits();
-  limits->set_memory_bytes(res.memory_bytes_per_node());
+  // A figure the planner derived counts tensors only: the process itself
+  // needs more, so it is no limit.
+  if (!job.memory_derived()) {
+    limits->set_memory_bytes(res.memory_bytes_per_node());
+  }
   limits->set_cpus(res.cpus_per_node());
   limits->mutable_gpu_indices()->CopyFrom(a.gpu_indices());
 
