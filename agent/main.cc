@@ -294,6 +294,7 @@ int Main(int argc, char** argv) {
                        ": stopping every rank (grace 5s)"));
   absl::Status stopped = supervisor.StopAll(absl::Seconds(5));
   if (!stopped.ok()) LogLine(std::string(stopped.message()));
+  RemoveNodeCgroups(supervisor_options.cgroups);
   // Lets the final rank statuses reach the scheduler.
   session.Shutdown(absl::Seconds(1));
   LogLine("stopped");

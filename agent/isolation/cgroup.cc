@@ -291,6 +291,11 @@ absl::Status PrepareCgroups(const CgroupHierarchy& h) {
   return absl::OkStatus();
 }
 
+void RemoveNodeCgroups(const CgroupHierarchy& h) {
+  if (!h.v2_dir.empty()) ::rmdir(h.v2_dir.c_str());
+  for (const auto& [controller, dir] : h.v1_dirs) ::rmdir(dir.c_str());
+}
+
 std::vector<std::string> DescribeCgroups(const CgroupHierarchy& h) {
   std::vector<std::string> lines;
   switch (h.version) {

@@ -60,6 +60,11 @@ CgroupHierarchy DetectCgroups(const std::string& node_name,
 // without cgroups: the caller logs the error.
 absl::Status PrepareCgroups(const CgroupHierarchy& hierarchy);
 
+// Removes the node's directories made by PrepareCgroups (at agent exit,
+// once no job cgroup is left under them). Best effort: a directory still in
+// use stays.
+void RemoveNodeCgroups(const CgroupHierarchy& hierarchy);
+
 // One line per setting, "hierarchy: cgroup v1 (...)", "memory: limit and
 // peak", ... for the log and --print-inventory.
 std::vector<std::string> DescribeCgroups(const CgroupHierarchy& hierarchy);
