@@ -3,6 +3,7 @@
 // session, and on SIGTERM/SIGINT stops every rank (5 s grace) and exits 0.
 // Signals are blocked in every thread and taken by sigwait() here.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -11,10 +12,13 @@
 #include <unistd.h>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "agent/inventory/inventory.h"
+#include "agent/isolation/cgroup.h"
+#include "agent/isolation/user.h"
 #include "agent/log.h"
 #include "agent/node_credentials.h"
 #include "agent/session.h"
@@ -45,12 +49,50 @@ std::string Summary(const v1::NodeInventory& inv) {
       " free), ", inv.nics_size(), " NICs (fastest ", best_nic, " Gbit/s)");
 }
 
+// What the agent enforces, one line each, for the log and
+// --print-inventory.
+std::vector<std::string> IsolationSummary(RunAs run_as, bool allow_root_jobs,
+                                          const CgroupHierarchy& cgroups,
+                                          const std::string& work_dir) {
+  std::vector<std::string> lines;
+  lines.push_back(absl::StrCat(
+      "run-as: ", RunAsName(run_as),
+      run_as == RunAs::kSubmitter ? " (each job as its submitter's account)"
+                                  : " (every job as the agent's user)",
+      allow_root_jobs ? "; root jobs allowed" : "; root jobs refused"));
+  for (const std::string& line : DescribeCgroups(cgroups)) {
+    lines.push_back(line);
+  }
+  lines.push_back(absl::StrCat("tmpdir: private per job attempt under ",
+                               work_dir, "/tmp (mode 0700, removed after)"));
+  return lines;
+}
+
+// Ranks running as their users must pass through --work-dir to their own
+// directories under it.
+void WarnIfNotTraversable(const std::string& work_dir) {
+  for (std::filesystem::path p(work_dir); !p.empty() && p != p.root_path();
+       p = p.parent_path()) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+      LogLine(absl::StrCat(
+          "warning: ", p.string(),
+          " is not searchable by other users, so ranks running as their "
+          "submitters cannot reach their working directories under "
+          "--work-dir; chmod o+x ",
+          p.string(), " or choose another --work-dir"));
+      return;
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{
       "xl-agent: reports this node (GPUs, NVMe, NICs, CPUs, memory) to "
       "xl-scheduler over one long-lived stream and runs the ranks the "
       "scheduler assigns as child processes (execve, one process group per "
-      "rank). Logs go to stderr. SIGTERM or SIGINT stops every rank (SIGTERM, "
+      "rank), as the job's submitter (--run-as) in a cgroup per job "
+      "(memory, CPU, devices). Logs go to stderr. SIGTERM or SIGINT stops every rank (SIGTERM, "
       "SIGKILL after 5 s) and exits 0.",
       "xl-agent"};
   std::string scheduler;
@@ -61,6 +103,8 @@ int Main(int argc, char** argv) {
   int heartbeat_ms = 1000;
   bool print_inventory = false;
   NodeTlsOptions tls;
+  std::string run_as_flag = "submitter";
+  bool allow_root_jobs = false;
   app.add_option("--scheduler", scheduler,
                  "HOST:PORT of xl-scheduler (required unless "
                  "--print-inventory)");
@@ -107,7 +151,20 @@ int Main(int argc, char** argv) {
                "Print the node's inventory (discovered, or the --inventory "
                "file with defaults filled in) as YAML in the inventory file "
                "format, and exit");
+  app.add_option("--run-as", run_as_flag,
+                 "Whose account ranks run as: submitter (the job's user, "
+                 "looked up on this node; needs the agent to run as root) or "
+                 "agent (the agent's own user, for single-user development "
+                 "clusters)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"submitter", "agent"}));
+  app.add_flag("--allow-root-jobs", allow_root_jobs,
+               "Let ranks run as root (uid 0): jobs submitted by root, or "
+               "every job under --run-as agent when the agent is root. "
+               "Refused by default");
   CLI11_PARSE(app, argc, argv);
+  const RunAs run_as =
+      run_as_flag == "agent" ? RunAs::kAgent : RunAs::kSubmitter;
   if (scheduler.empty() && !print_inventory) {
     std::fprintf(stderr,
                  "--scheduler is required\nRun with --help for more "
@@ -163,12 +220,20 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (!address.empty()) inventory->set_address(address);
-  if (print_inventory) {
-    std::fputs(MessageToYaml(*inventory).c_str(), stdout);
-    return 0;
-  }
   const bool name_given = !name.empty();
   if (name.empty()) name = inventory->hostname();
+  CgroupHierarchy cgroups = DetectCgroups(name);
+  const std::vector<std::string> isolation =
+      IsolationSummary(run_as, allow_root_jobs, cgroups, work_dir);
+  if (print_inventory) {
+    std::fputs(MessageToYaml(*inventory).c_str(), stdout);
+    // Comments, so the output stays a valid inventory file.
+    std::fputs("# isolation (what this agent enforces):\n", stdout);
+    for (const std::string& line : isolation) {
+      std::fprintf(stdout, "#   %s\n", line.c_str());
+    }
+    return 0;
+  }
   tls.work_dir = work_dir;
   tls.name = name;
   tls.scheduler = scheduler;
@@ -187,8 +252,17 @@ int Main(int argc, char** argv) {
       return 2;
     }
     name = credentials->certificate_name;
+    cgroups = DetectCgroups(name);
   }
   SetLogName(name);
+  if (run_as == RunAs::kSubmitter && geteuid() != 0) {
+    LogLine(absl::StrCat(
+        "--run-as submitter runs each job as its submitter, which needs "
+        "root; run xl-agent as root, or pass --run-as agent to run every "
+        "job as this user (uid ", geteuid(), ")"));
+    return 2;
+  }
+  if (run_as == RunAs::kSubmitter) WarnIfNotTraversable(work_dir);
 
   SessionOptions session_options;
   session_options.scheduler = scheduler;
@@ -205,6 +279,23 @@ int Main(int argc, char** argv) {
 
   SupervisorOptions supervisor_options;
   supervisor_options.work_dir = work_dir;
+  supervisor_options.run_as = run_as;
+  supervisor_options.allow_root_jobs = allow_root_jobs;
+  supervisor_options.cgroups = cgroups;
+  if (cgroups.version != CgroupVersion::kNone) {
+    absl::Status prepared = PrepareCgroups(cgroups);
+    if (!prepared.ok()) {
+      LogLine(absl::StrCat("running without cgroups (no memory, cpu or "
+                           "device limits): ",
+                           prepared.message()));
+      supervisor_options.cgroups = CgroupHierarchy();
+    }
+  }
+  for (const std::string& line :
+       IsolationSummary(run_as, allow_root_jobs, supervisor_options.cgroups,
+                        work_dir)) {
+    LogLine(absl::StrCat("isolation: ", line));
+  }
   supervisor_options.scratch_dir = ScratchDir(*inventory, work_dir);
   std::filesystem::create_directories(supervisor_options.scratch_dir, ec);
   if (ec) {
@@ -248,6 +339,7 @@ int Main(int argc, char** argv) {
                        ": stopping every rank (grace 5s)"));
   absl::Status stopped = supervisor.StopAll(absl::Seconds(5));
   if (!stopped.ok()) LogLine(std::string(stopped.message()));
+  RemoveNodeCgroups(supervisor_options.cgroups);
   // Lets the final rank statuses reach the scheduler.
   session.Shutdown(absl::Seconds(1));
   LogLine("stopped");

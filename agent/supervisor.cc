@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "agent/log.h"
 #include "agent/monotonic_wait.h"
 #include "common/duration.h"
+#include "common/status.h"
 
 namespace xl::agent {
 
@@ -152,7 +154,7 @@ bool IsExecutableFile(const std::string& path) {
 
 // What the child reports through the error pipe before it _exits.
 struct ChildError {
-  int stage;  // kStageChdir or kStageExec
+  int stage;  // kStage*
   int err;
 };
 constexpr int kStageChdir = 1;
@@ -162,12 +164,31 @@ constexpr int kMetricsFd = 3;
 constexpr int kHighFd = 10;
 constexpr int kStageExec = 2;
 constexpr int kStageSetup = 3;
+constexpr int kStageCgroup = 4;
+constexpr int kStageUser = 5;
+
+// What the child becomes before execve, prepared by the parent (no
+// allocation after fork).
+struct ChildIdentity {
+  // The attempt's cgroup.procs files; the child writes "0" (itself) to each
+  // while it still runs as the agent, so nothing of the rank ever runs
+  // outside its cgroup.
+  const int* cgroup_fds = nullptr;
+  size_t cgroup_fd_count = 0;
+  bool change_user = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  const gid_t* groups = nullptr;
+  size_t group_count = 0;
+};
 
 // Runs in the child between fork and execve: async-signal-safe calls only.
+// The credentials change through raw system calls: the child has one
+// thread, and glibc's wrappers would signal the parent's other threads.
 [[noreturn]] void ExecChild(pid_t parent, int devnull, int out_w, int err_w,
                             int metrics_w, int error_w, const char* dir,
-                            const char* path,
-                            char* const* argv, char* const* envp) {
+                            const char* path, char* const* argv,
+                            char* const* envp, const ChildIdentity& identity) {
   auto fail = [error_w](int stage) {
     ChildError e{stage, errno};
     ssize_t ignored = ::write(error_w, &e, sizeof(e));
@@ -175,6 +196,19 @@ constexpr int kStageSetup = 3;
     _exit(127);
   };
   if (setpgid(0, 0) != 0) fail(kStageSetup);
+  for (size_t i = 0; i < identity.cgroup_fd_count; ++i) {
+    if (::write(identity.cgroup_fds[i], "0", 1) != 1) fail(kStageCgroup);
+  }
+  if (identity.change_user) {
+    if (syscall(SYS_setgroups, identity.group_count, identity.groups) != 0 ||
+        syscall(SYS_setresgid, identity.gid, identity.gid, identity.gid) !=
+            0 ||
+        syscall(SYS_setresuid, identity.uid, identity.uid, identity.uid) !=
+            0) {
+      fail(kStageUser);
+    }
+  }
+  // After the credentials: changing them clears the parent-death signal.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(kStageSetup);
   // The supervisor thread may have died between fork and prctl.
   if (getppid() != parent) _exit(127);
@@ -197,6 +231,32 @@ constexpr int kStageSetup = 3;
   execve(path, argv, envp);
   fail(kStageExec);
   _exit(127);  // Not reached.
+}
+
+// Makes `path` (and missing parents) a directory of `user`'s only: owner
+// `user`, mode 0700.
+absl::Status MakePrivateDir(const std::string& path, const RankUser& user,
+                            const std::string& what) {
+  RETURN_IF_ERROR(MakeDirs(path, what));
+  if (::chown(path.c_str(), user.uid, user.gid) != 0 ||
+      ::chmod(path.c_str(), 0700) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot give ", what, " ", path, " to user ", user.name,
+                     ": ", ErrnoString(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// A directory holding users' private directories: others may pass through
+// it to their own, not list it.
+absl::Status MakeTraversableDir(const std::string& path,
+                                const std::string& what) {
+  RETURN_IF_ERROR(MakeDirs(path, what));
+  if (::chmod(path.c_str(), 0711) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot set the mode of ", what, " ", path, ": ", ErrnoString(errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -439,6 +499,9 @@ void Supervisor::Loop() {
     CloseFd(process->err.fd);
     CloseFd(process->metrics.fd);
   }
+  for (auto& [key, attempt] : attempts_) {
+    if (attempt->cgroup != nullptr) attempt->cgroup->KillAll();
+  }
   // Reap the leaders and whatever they left behind (orphans come to this
   // process as the subreaper), so no zombie keeps a group alive.
   const Clock& real = *RealClock::Get();
@@ -449,6 +512,14 @@ void Supervisor::Loop() {
       if (::waitpid(-1, &st, WNOHANG) <= 0)
         absl::SleepFor(absl::Milliseconds(1));
     }
+  }
+  processes_.clear();
+  for (int i = 0; i < 200 && !attempts_.empty(); ++i) {
+    int st;
+    while (::waitpid(-1, &st, WNOHANG) > 0) {
+    }
+    CleanUpAttempts();
+    if (!attempts_.empty()) absl::SleepFor(absl::Milliseconds(10));
   }
 }
 
@@ -579,11 +650,22 @@ bool Supervisor::TryStart(const v1::StartRanks& request, bool force) {
 void Supervisor::Launch(const v1::StartRanks& request,
                         const v1::RankLaunch& launch) {
   const std::string& job_id = request.job_id();
+  absl::StatusOr<Attempt*> prepared = PrepareAttempt(request);
+  if (!prepared.ok()) {
+    return FailToStart(request, launch.rank(),
+                       std::string(prepared.status().message()));
+  }
+  const Attempt& attempt = **prepared;
+  const RankUser& user = attempt.user;
   std::string dir = request.working_dir();
   if (dir.empty()) {
-    dir = absl::StrCat(options_.work_dir, "/jobs/", job_id, "/",
-                       request.attempt());
-    absl::Status made = MakeDirs(dir, "working directory");
+    // jobs/ lets every user through to their own job's directory only.
+    const std::string job_dir = absl::StrCat(options_.work_dir, "/jobs/", job_id);
+    dir = absl::StrCat(job_dir, "/", request.attempt());
+    absl::Status made =
+        MakeTraversableDir(options_.work_dir + "/jobs", "jobs directory");
+    if (made.ok()) made = MakePrivateDir(job_dir, user, "job directory");
+    if (made.ok()) made = MakePrivateDir(dir, user, "working directory");
     if (!made.ok()) {
       return FailToStart(
           request, launch.rank(),
@@ -596,9 +678,10 @@ void Supervisor::Launch(const v1::StartRanks& request,
                                          request.env().end());
   for (const auto& [name, value] : launch.env()) env[name] = value;
   if (env.find("XL_CHECKPOINT_DIR") == env.end()) {
-    std::string checkpoints =
-        absl::StrCat(options_.scratch_dir, "/checkpoints/", job_id);
-    absl::Status made = MakeDirs(checkpoints, "checkpoint directory");
+    const std::string all = absl::StrCat(options_.scratch_dir, "/checkpoints");
+    std::string checkpoints = absl::StrCat(all, "/", job_id);
+    absl::Status made = MakeTraversableDir(all, "checkpoint directory");
+    if (made.ok()) made = MakePrivateDir(checkpoints, user, "checkpoint directory");
     if (!made.ok()) {
       return FailToStart(
           request, launch.rank(),
@@ -608,7 +691,13 @@ void Supervisor::Launch(const v1::StartRanks& request,
     env["XL_CHECKPOINT_DIR"] = checkpoints;
   }
   env["XL_METRICS_FD"] = absl::StrCat(kMetricsFd);
-  for (const char* name : {"PATH", "HOME", "LANG", "TMPDIR"}) {
+  env.emplace("TMPDIR", attempt.tmp_dir);
+  if (options_.run_as == RunAs::kSubmitter) {
+    env.emplace("HOME", user.home);
+    env.emplace("USER", user.name);
+    env.emplace("LOGNAME", user.name);
+  }
+  for (const char* name : {"PATH", "HOME", "LANG"}) {
     const char* value = getenv(name);  // NOLINT(concurrency-mt-unsafe)
     if (value != nullptr && env.find(name) == env.end()) env[name] = value;
   }
@@ -685,13 +774,38 @@ void Supervisor::Launch(const v1::StartRanks& request,
     return FailToStart(request, launch.rank(), message);
   }
 
+  std::vector<int> cgroup_fds;
+  if (attempt.cgroup != nullptr) {
+    absl::StatusOr<std::vector<int>> fds = attempt.cgroup->OpenProcsFiles();
+    if (!fds.ok()) {
+      for (int* fds : {out, err, error_pipe, metrics}) {
+        CloseFd(fds[0]);
+        CloseFd(fds[1]);
+      }
+      CloseFd(devnull);
+      return FailToStart(request, launch.rank(),
+                         absl::StrCat("cannot put the rank in its cgroup: ",
+                                      fds.status().message()));
+    }
+    cgroup_fds = *std::move(fds);
+  }
+  ChildIdentity identity;
+  identity.cgroup_fds = cgroup_fds.data();
+  identity.cgroup_fd_count = cgroup_fds.size();
+  identity.change_user = options_.run_as == RunAs::kSubmitter;
+  identity.uid = user.uid;
+  identity.gid = user.gid;
+  identity.groups = user.groups.data();
+  identity.group_count = user.groups.size();
+
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     ExecChild(parent, devnull, out[1], err[1], metrics[1], error_pipe[1],
-              dir.c_str(), path.c_str(), argv.data(), envp.data());
+              dir.c_str(), path.c_str(), argv.data(), envp.data(), identity);
   }
   int fork_errno = errno;
+  for (int& fd : cgroup_fds) CloseFd(fd);
   CloseFd(out[1]);
   CloseFd(err[1]);
   CloseFd(metrics[1]);
@@ -735,6 +849,18 @@ void Supervisor::Launch(const v1::StartRanks& request,
                                ErrnoString(child_error.err),
                                "; fix command[0] in the job spec");
         break;
+      case kStageCgroup:
+        message = absl::StrCat("cannot move the rank into its cgroup ",
+                               attempt.cgroup->main_dir(), ": ",
+                               ErrnoString(child_error.err));
+        break;
+      case kStageUser:
+        message = absl::StrCat("cannot switch to user ", user.name, " (uid ",
+                               user.uid, ", gid ", user.gid, "): ",
+                               ErrnoString(child_error.err),
+                               "; run xl-agent as root, or with --run-as "
+                               "agent");
+        break;
       default:
         message = absl::StrCat("cannot set up the rank process: ",
                                ErrnoString(child_error.err));
@@ -768,6 +894,101 @@ void Supervisor::Launch(const v1::StartRanks& request,
   status.set_state(v1::RANK_RUNNING);
   status.set_pid(pid);
   SetStatus(status);
+}
+
+absl::StatusOr<Supervisor::Attempt*> Supervisor::PrepareAttempt(
+    const v1::StartRanks& request) {
+  const AttemptKey key(request.job_id(), request.attempt());
+  auto found = attempts_.find(key);
+  if (found != attempts_.end()) return found->second.get();
+
+  auto attempt = std::make_unique<Attempt>();
+  absl::StatusOr<RankUser> user = options_.run_as == RunAs::kAgent
+                                      ? AgentUser()
+                                      : LookUpUser(request.user());
+  if (!user.ok()) return user.status();
+  attempt->user = *std::move(user);
+  if (attempt->user.uid == 0 && !options_.allow_root_jobs) {
+    return absl::PermissionDeniedError(
+        options_.run_as == RunAs::kAgent
+            ? "the job would run as root (uid 0): --run-as agent runs jobs "
+              "as the agent's user, and this agent runs as root; start "
+              "xl-agent with --allow-root-jobs, or with --run-as submitter"
+            : absl::StrCat("the job's user ", attempt->user.name,
+                           " is root (uid 0) on this node, and this agent "
+                           "refuses jobs as root; submit as an unprivileged "
+                           "user, or start xl-agent with --allow-root-jobs"));
+  }
+  const std::string name =
+      absl::StrCat(request.job_id(), "-", request.attempt());
+  attempt->tmp_dir = absl::StrCat(options_.work_dir, "/tmp/", name);
+  // Whatever an agent that died left there belongs to no one now.
+  std::error_code ec;
+  std::filesystem::remove_all(attempt->tmp_dir, ec);
+  absl::Status made =
+      MakeTraversableDir(options_.work_dir + "/tmp", "TMPDIR parent");
+  if (made.ok()) {
+    made = MakePrivateDir(attempt->tmp_dir, attempt->user, "TMPDIR");
+  }
+  if (!made.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(made.message(), "; check the agent's --work-dir"));
+  }
+  if (options_.cgroups.version != CgroupVersion::kNone) {
+    absl::StatusOr<std::unique_ptr<JobCgroup>> cgroup =
+        JobCgroup::Create(options_.cgroups, name, request.limits());
+    if (!cgroup.ok()) {
+      std::filesystem::remove_all(attempt->tmp_dir, ec);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create the job's cgroup: ", cgroup.status().message(),
+          "; check the agent's cgroup setup (xl-agent --print-inventory)"));
+    }
+    attempt->cgroup = *std::move(cgroup);
+  }
+  Attempt* raw = attempt.get();
+  attempts_[key] = std::move(attempt);
+  return raw;
+}
+
+void Supervisor::CleanUpAttempts() {
+  for (auto it = attempts_.begin(); it != attempts_.end();) {
+    const AttemptKey& key = it->first;
+    bool ranks_left = false;
+    for (const auto& [rank_key, process] : processes_) {
+      if (std::get<0>(rank_key) == key.first &&
+          std::get<1>(rank_key) == key.second) {
+        ranks_left = true;
+        break;
+      }
+    }
+    if (ranks_left) {
+      ++it;
+      continue;
+    }
+    Attempt& attempt = *it->second;
+    if (attempt.cgroup != nullptr) {
+      // What is left escaped its rank's process group (setsid()).
+      if (!attempt.cgroup->Pids().empty()) attempt.cgroup->KillAll();
+      absl::Status removed = attempt.cgroup->Remove();
+      if (absl::IsUnavailable(removed)) {
+        if (!attempt.busy_logged) {
+          LogLine(absl::StrCat("job ", key.first, " attempt ", key.second,
+                               ": killing what is left in its cgroup"));
+          attempt.busy_logged = true;
+        }
+        ++it;  // Dying; the next pass removes it.
+        continue;
+      }
+      if (!removed.ok()) LogLine(std::string(removed.message()));
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(attempt.tmp_dir, ec);
+    if (ec) {
+      LogLine(absl::StrCat("cannot remove TMPDIR ", attempt.tmp_dir, ": ",
+                           ec.message()));
+    }
+    it = attempts_.erase(it);
+  }
 }
 
 void Supervisor::HandleStop(const std::string& job_id, int attempt,
@@ -937,6 +1158,26 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
     status.set_message(
         absl::StrCat("exited with code ", WEXITSTATUS(wait_status)));
   }
+  auto attempt = attempts_.find(
+      AttemptKey(std::get<0>(process.key), std::get<1>(process.key)));
+  if (attempt != attempts_.end() && attempt->second->cgroup != nullptr) {
+    const JobCgroup& cgroup = *attempt->second->cgroup;
+    status.set_peak_memory_bytes(cgroup.PeakMemoryBytes());
+    // The rank failed, and the kernel ended some process of the job for
+    // memory: that is most likely why.
+    if ((status.signal() != 0 || status.exit_code() != 0) &&
+        cgroup.OomKills() > 0) {
+      // Said first: the scheduler quotes a signalled rank's message only
+      // when it says more than the signal.
+      status.set_message(absl::StrCat(
+          "the job exceeded its memory limit of ", cgroup.memory_limit(),
+          " bytes (", HumanBytes(cgroup.memory_limit()),
+          ") on this node and the OOM killer ended a process of it (peak ",
+          HumanBytes(status.peak_memory_bytes()),
+          "); raise resources.memory_bytes_per_node or use less memory (",
+          status.message(), ")"));
+    }
+  }
   // The job's outcome need not wait for the rest of the group; the
   // resources do (OnGroupGone says when).
   process.group_alive = GroupAlive(process.pid);
@@ -1002,6 +1243,7 @@ void Supervisor::RunTimers() {
       ++it;
     }
   }
+  CleanUpAttempts();
   // Deferred starts run once the older attempt is gone, or anyway after
   // their deadline (a process stuck in the kernel must not block the job).
   for (auto it = deferred_.begin(); it != deferred_.end();) {
@@ -1048,11 +1290,15 @@ absl::Duration Supervisor::NextTimeout() {
     }
   }
   if (!deferred_.empty()) next = std::min(next, now + absl::Milliseconds(20));
+  for (const auto& [key, attempt] : attempts_) {
+    // Its processes are being killed; CleanUpAttempts() retries soon.
+    if (attempt->busy_logged) next = std::min(next, now + absl::Milliseconds(20));
+  }
   return std::max(absl::ZeroDuration(), next - now);
 }
 
 void Supervisor::UpdateLiveness() {
-  bool idle = !AnyAlive() && deferred_.empty();
+  bool idle = !AnyAlive() && deferred_.empty() && attempts_.empty();
   absl::MutexLock lock(&mu_);
   idle_ = idle;
   stop_all_done_ = stop_all_handled_;

@@ -26,12 +26,16 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/isolation/cgroup.h"
+#include "agent/isolation/user.h"
 #include "common/clock.h"
 #include "xl/v1/agent.pb.h"
 #include "xl/v1/job.pb.h"
@@ -99,6 +103,14 @@ struct SupervisorOptions {
   std::string train_binary;
   // Make the process a child subreaper (PR_SET_CHILD_SUBREAPER).
   bool subreaper = true;
+  // Whose account ranks run as: the submitter's (StartRanks.user, looked up
+  // on this node; the agent must be root) or the agent's own.
+  RunAs run_as = RunAs::kSubmitter;
+  // Ranks may run as uid 0 (root submitters, or --run-as agent as root).
+  bool allow_root_jobs = false;
+  // Where each attempt's cgroup goes (PrepareCgroups() done by the caller);
+  // version kNone: the ranks run without cgroups.
+  CgroupHierarchy cgroups;
 };
 
 class Supervisor : public RankController {
@@ -121,8 +133,12 @@ class Supervisor : public RankController {
   // and the new ones start once they are gone. A (job, attempt, rank) the
   // supervisor already knows is not started again; its status is re-sent.
   // A rank's environment is request.env with the rank's own env over it,
-  // plus XL_CHECKPOINT_DIR and XL_METRICS_FD, and PATH, HOME, LANG and TMPDIR
-  // from the agent unless given.
+  // plus XL_CHECKPOINT_DIR, XL_METRICS_FD, TMPDIR (a directory private to
+  // the attempt, removed after it) and PATH and LANG from the agent unless
+  // given; HOME, USER and LOGNAME are the rank's user's (HOME the agent's
+  // when ranks run as the agent). Ranks run as options.run_as says, in the
+  // attempt's cgroup when there are cgroups; the default working and
+  // checkpoint directories belong to the rank's user, mode 0700.
   void StartRanks(const v1::StartRanks& request) override;
 
   // Sends SIGTERM to the process group of every rank of the job whose attempt
@@ -146,7 +162,16 @@ class Supervisor : public RankController {
 
  private:
   using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
+  using AttemptKey = std::pair<std::string, int>;     // job, attempt
   struct Output;
+  // A job attempt with ranks here: its user, cgroup and TMPDIR. Made at its
+  // first launch; removed once no process of it is left.
+  struct Attempt {
+    RankUser user;
+    std::unique_ptr<JobCgroup> cgroup;
+    std::string tmp_dir;
+    bool busy_logged = false;
+  };
   struct Process;
   struct Command;
   struct StatusEntry {
@@ -162,6 +187,13 @@ class Supervisor : public RankController {
   // Starts the ranks of `request` unless an older attempt is still alive.
   bool TryStart(const v1::StartRanks& request, bool force);
   void Launch(const v1::StartRanks& request, const v1::RankLaunch& launch);
+  // The attempt of `request`, made (user looked up, cgroup and TMPDIR
+  // created) at its first call. The error says what to fix.
+  absl::StatusOr<Attempt*> PrepareAttempt(const v1::StartRanks& request);
+  // Kills what is left in the cgroups of attempts none of whose ranks has a
+  // process group any more (processes that escaped with setsid()), then
+  // removes their cgroups and TMPDIRs.
+  void CleanUpAttempts();
   // `grace` unset: each rank's own (its StartRanks' grace_period).
   void HandleStop(const std::string& job_id, int attempt,
                   std::optional<absl::Duration> grace, bool all);
@@ -226,6 +258,7 @@ class Supervisor : public RankController {
     absl::Time give_up;
   };
   std::deque<Deferred> deferred_;
+  std::map<AttemptKey, std::unique_ptr<Attempt>> attempts_;
   bool refuse_starts_ = false;
   int stop_all_handled_ = 0;
 };

@@ -116,8 +116,11 @@ absl::Status DevCluster::StartAgents(
     std::string name = absl::StrCat("dev-", i);
     std::string work = absl::StrCat(dir_, "/", name);
     mkdir(work.c_str(), 0755);
+    // One person's cluster on one machine, often started as root: every
+    // job runs as that person, root included.
     std::vector<std::string> args = {agent_binary, "--scheduler", scheduler,
-                                     "--work-dir", work, "--name", name};
+                                     "--work-dir", work, "--name", name,
+                                     "--run-as", "agent", "--allow-root-jobs"};
     if (tls_) {
       for (const std::string& a :
            {std::string("--tls-ca"), ca_cert(), std::string("--tls-cert"),

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
@@ -276,6 +277,7 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
   exit->set_signal(st.signal());
   exit->set_failed_to_start(st.state() == v1::RANK_FAILED_TO_START);
   exit->set_message(st.message());
+  exit->set_peak_memory_bytes(st.peak_memory_bytes());
   if (st.state() == v1::RANK_EXITED && st.exit_code() == 0 &&
       st.signal() == 0) {
     const int done = ++rec->ranks_succeeded;
@@ -301,6 +303,12 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
   } else if (st.signal() != 0) {
     why = absl::StrCat("rank ", st.rank(), " on ", node->name,
                        " was killed by signal ", st.signal());
+    // The agent's words, when they say more than the signal (the OOM
+    // killer and the memory limit, for one).
+    if (!st.message().empty() &&
+        !absl::StartsWith(st.message(), "killed by signal")) {
+      absl::StrAppend(&why, " (", st.message(), ")");
+    }
     rec->job.set_exit_code(128 + st.signal());
   } else {
     why = absl::StrCat("rank ", st.rank(), " on ", node->name,

@@ -33,7 +33,10 @@ void Controller::Submit(
     std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
   v1::JobSpec spec = std::move(*request.mutable_spec());
   v1::Plan plan;
+  const bool memory_asked = spec.resources().memory_bytes_per_node() > 0;
   absl::Status valid = SizeFromModel(&spec, &plan);
+  const bool memory_derived =
+      !memory_asked && spec.resources().memory_bytes_per_node() > 0;
   if (valid.ok()) valid = scheduler::ValidateJobSpec(&spec);
   if (!valid.ok()) {
     done(valid);
@@ -94,6 +97,7 @@ void Controller::Submit(
       v1::Job& job = rec->job;
       job.set_id(absl::StrCat(id));
       job.set_user(user);
+      job.set_memory_derived(memory_derived);
       job.set_state(v1::PENDING);
       job.set_attempt(1);
       job.set_idempotency_key(key);

@@ -30,6 +30,17 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
   start->mutable_argv()->CopyFrom(job.spec().command());
   start->set_working_dir(job.spec().working_dir());
   *start->mutable_grace_period() = job.spec().grace_period();
+  // The agent runs the ranks as the submitter and confines them to what
+  // the job asked for on each node.
+  start->set_user(job.user());
+  v1::ResourceLimits* limits = start->mutable_limits();
+  // A figure the planner derived counts tensors only: the process itself
+  // needs more, so it is no limit.
+  if (!job.memory_derived()) {
+    limits->set_memory_bytes(res.memory_bytes_per_node());
+  }
+  limits->set_cpus(res.cpus_per_node());
+  limits->mutable_gpu_indices()->CopyFrom(a.gpu_indices());
 
   // What every rank of this node shares. The job's own variables come first
   // so that the scheduler's win (validation refuses them anyway).

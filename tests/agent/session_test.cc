@@ -27,6 +27,15 @@
 namespace xl::agent {
 namespace {
 
+// The supervisor as a single-user development agent runs it: ranks as the
+// test's own user (root in CI) and no cgroups.
+SupervisorOptions AgentUserOptions() {
+  SupervisorOptions options;
+  options.run_as = RunAs::kAgent;
+  options.allow_root_jobs = true;
+  return options;
+}
+
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(4);
@@ -629,7 +638,7 @@ TEST(SessionTest, RunsARankEndToEnd) {
   Server server(&scheduler);
   std::string dir = ::testing::TempDir() + "/xl-session-e2e";
   Session session(Options(server.port()));
-  SupervisorOptions supervisor_options;
+  SupervisorOptions supervisor_options = AgentUserOptions();
   supervisor_options.work_dir = dir;
   supervisor_options.scratch_dir = dir + "/scratch";
   Supervisor supervisor(supervisor_options, &session);
@@ -685,7 +694,7 @@ struct Agent {
   ~Agent() { session.Shutdown(absl::ZeroDuration()); }
 
   static SupervisorOptions SupervisorFor(const std::string& dir) {
-    SupervisorOptions options;
+    SupervisorOptions options = AgentUserOptions();
     options.work_dir = dir;
     options.scratch_dir = dir + "/scratch";
     return options;

@@ -24,130 +24,21 @@
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/duration.h"
+#include "tests/agent/recording_sink.h"
 
 namespace xl::agent {
 namespace {
 
+// The supervisor as a single-user development agent runs it: ranks as the
+// test's own user (root in CI) and no cgroups.
+SupervisorOptions AgentUserOptions() {
+  SupervisorOptions options;
+  options.run_as = RunAs::kAgent;
+  options.allow_root_jobs = true;
+  return options;
+}
+
 using ::testing::HasSubstr;
-
-constexpr absl::Duration kWait = absl::Seconds(4);
-
-// Records every event, in order.
-class RecordingSink : public RankEventSink {
- public:
-  struct Event {
-    bool is_status;
-    v1::RankStatus status;
-    v1::LogChunk chunk;
-    absl::Time time = absl::Now();
-    // Statuses: whether the rank's process group existed when it came.
-    bool group_existed = false;
-  };
-
-  void OnRankStatus(const v1::RankStatus& status) override {
-    const bool group_existed =
-        status.pid() > 0 && (kill(-status.pid(), 0) == 0 || errno == EPERM);
-    absl::MutexLock lock(&mu_);
-    events_.push_back({true, status, {}, absl::Now(), group_existed});
-  }
-  void OnLogChunk(v1::LogChunk chunk) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back({false, {}, std::move(chunk)});
-  }
-  void OnMetrics(v1::TrainMetrics metrics) override {
-    absl::MutexLock lock(&mu_);
-    metrics_.push_back(std::move(metrics));
-  }
-  std::vector<v1::TrainMetrics> metrics() {
-    absl::MutexLock lock(&mu_);
-    return metrics_;
-  }
-
-  // Waits until `pred(events)` holds; false at the deadline.
-  template <typename Pred>
-  bool WaitFor(Pred pred, absl::Duration timeout = kWait) {
-    absl::MutexLock lock(&mu_);
-    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return pred(events_);
-    };
-    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
-  }
-
-  // Waits for the final status (EXITED or FAILED_TO_START) of a rank.
-  v1::RankStatus WaitEnd(const std::string& job, int attempt, int rank) {
-    v1::RankStatus found;
-    bool ok = WaitFor([&](const std::vector<Event>& events) {
-      for (const Event& e : events) {
-        if (e.is_status && e.status.job_id() == job &&
-            e.status.attempt() == attempt && e.status.rank() == rank &&
-            e.status.state() != v1::RANK_RUNNING) {
-          found = e.status;
-          return true;
-        }
-      }
-      return false;
-    });
-    EXPECT_TRUE(ok) << "rank " << job << "/" << attempt << "/" << rank
-                    << " did not end";
-    return found;
-  }
-
-  // The pid of a running rank, once it is running; 0 when it is not by the
-  // deadline.
-  int WaitRunning(const std::string& job, int attempt, int rank,
-                  absl::Duration timeout = kWait) {
-    int pid = 0;
-    WaitFor(
-        [&](const std::vector<Event>& events) {
-          for (const Event& e : events) {
-            if (e.is_status && e.status.job_id() == job &&
-                e.status.attempt() == attempt && e.status.rank() == rank &&
-                e.status.state() == v1::RANK_RUNNING) {
-              pid = e.status.pid();
-              return true;
-            }
-          }
-          return false;
-        },
-        timeout);
-    return pid;
-  }
-
-  // Concatenated output of one stream of a rank.
-  std::string Output(const std::string& job, int rank, v1::LogStream stream) {
-    absl::MutexLock lock(&mu_);
-    std::string out;
-    for (const Event& e : events_) {
-      if (!e.is_status && e.chunk.job_id() == job && e.chunk.rank() == rank &&
-          e.chunk.stream() == stream) {
-        out += e.chunk.data();
-      }
-    }
-    return out;
-  }
-
-  bool WaitOutput(const std::string& job, int rank, const std::string& text) {
-    return WaitFor([&](const std::vector<Event>& events) {
-      std::string out;
-      for (const Event& e : events) {
-        if (!e.is_status && e.chunk.job_id() == job && e.chunk.rank() == rank) {
-          out += e.chunk.data();
-        }
-      }
-      return out.find(text) != std::string::npos;
-    });
-  }
-
-  std::vector<Event> events() {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::TrainMetrics> metrics_ ABSL_GUARDED_BY(mu_);
-};
 
 class TempDir {
  public:
@@ -194,7 +85,7 @@ class SupervisorTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(supervisor_->Start().ok()); }
 
   SupervisorOptions Options() {
-    SupervisorOptions options;
+    SupervisorOptions options = AgentUserOptions();
     options.work_dir = dir_.path() + "/work";
     options.scratch_dir = dir_.path() + "/scratch";
     return options;
@@ -253,8 +144,9 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyTheGivenOnePlusCheckpointAndPath) {
   const std::string checkpoints = dir_.path() + "/scratch/checkpoints/envjob";
   std::set<std::string> want = {"RANK=0", "FOO=bar baz", "HOME=/home/rank",
                                 "XL_CHECKPOINT_DIR=" + checkpoints,
-                                "XL_METRICS_FD=3"};
-  for (const char* name : {"PATH", "LANG", "TMPDIR"}) {
+                                "XL_METRICS_FD=3",
+                                "TMPDIR=" + dir_.path() + "/work/tmp/envjob-1"};
+  for (const char* name : {"PATH", "LANG"}) {
     if (const char* v = getenv(name)) want.insert(absl::StrCat(name, "=", v));
   }
   EXPECT_EQ(got, want);
@@ -666,7 +558,7 @@ TEST(SupervisorRetentionTest, ExitedRanksArePrunedAfterTheRetention) {
   TempDir dir;
   FakeClock clock;
   RecordingSink sink;
-  SupervisorOptions options;
+  SupervisorOptions options = AgentUserOptions();
   options.work_dir = dir.path();
   options.scratch_dir = dir.path();
   options.clock = &clock;
@@ -716,7 +608,7 @@ TEST(SupervisorClockTest, GraceAndPartialLineFollowTheMonotonicClock) {
   TempDir dir;
   FakeClock clock;
   RecordingSink sink;
-  SupervisorOptions options;
+  SupervisorOptions options = AgentUserOptions();
   options.work_dir = dir.path();
   options.scratch_dir = dir.path();
   options.clock = &clock;
@@ -861,7 +753,7 @@ class SupervisorStartingTest : public ::testing::Test {
   TempDir dir_;
   FakeClock clock_;
   RecordingSink sink_;
-  SupervisorOptions options_;
+  SupervisorOptions options_ = AgentUserOptions();
   std::unique_ptr<Supervisor> supervisor_;
 };
 
@@ -969,7 +861,7 @@ class GatedSink : public RecordingSink {
 TEST(SupervisorQueuedStartTest, QueuedStartIsInTheSnapshotAtOnce) {
   TempDir dir;
   GatedSink sink;
-  SupervisorOptions options;
+  SupervisorOptions options = AgentUserOptions();
   options.work_dir = dir.path();
   options.scratch_dir = dir.path();
   Supervisor supervisor(options, &sink);

@@ -455,7 +455,8 @@ int main(int argc, char** argv) {
     std::ofstream(inv) << "hostname: " << name << "\ncpus: 8\nmemory_bytes: 17179869184\n";
     std::filesystem::create_directories(dir + "/" + name);
     agents.push_back(Spawn({agent, "--scheduler", addr, "--work-dir", dir + "/" + name,
-                            "--inventory", inv, "--name", name},
+                            "--inventory", inv, "--name", name, "--run-as", "agent",
+                            "--allow-root-jobs"},
                            dir + "/" + name + ".log"));
   }
   auto stub2 = xl::v1::JobService::NewStub(

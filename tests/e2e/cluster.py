@@ -85,7 +85,9 @@ class Cluster:
             self.port = int(f.read().strip())
         self.address = f"127.0.0.1:{self.port}"
 
-    def start_agent(self, name, gpus=2, **kw):
+    def start_agent(self, name, gpus=2, run_as="agent", allow_root_jobs=True, extra_args=(), **kw):
+        """run_as="agent" with allow_root_jobs: the jobs run as whoever runs
+        the tests (root in CI), whatever made-up user submits them."""
         inv = os.path.join(self.tmp, f"{name}.yaml")
         with open(inv, "w") as f:
             # One scratch path for every node of the cluster: it stands for
@@ -96,7 +98,9 @@ class Cluster:
         os.makedirs(work, exist_ok=True)
         return self._spawn(name, [AGENT, "--scheduler", self.address, "--work-dir", work,
                                   "--inventory", inv, "--name", name,
-                                  "--heartbeat-interval-ms", "200"])
+                                  "--heartbeat-interval-ms", "200", "--run-as", run_as,
+                                  *(["--allow-root-jobs"] if allow_root_jobs else []),
+                                  *extra_args])
 
     def kill(self, key, sig=signal.SIGKILL):
         p = self.procs.pop(key)
@@ -131,8 +135,8 @@ class Cluster:
             return f.read()
 
     # --- xlctl -----------------------------------------------------------
-    def xlctl(self, *args, check=True, timeout=60, cwd=None):
-        env = dict(os.environ, XL_SERVER=self.address, XL_USER="tester")
+    def xlctl(self, *args, check=True, timeout=60, cwd=None, user="tester"):
+        env = dict(os.environ, XL_SERVER=self.address, XL_USER=user)
         r = subprocess.run([XLCTL, *args], capture_output=True, text=True, env=env,
                            timeout=timeout, cwd=cwd or self.tmp)
         if check and r.returncode != 0:

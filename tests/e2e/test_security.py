@@ -177,7 +177,8 @@ class Security(unittest.TestCase):
         with open(inv, "w") as f:
             f.write(inventory_yaml("joined", gpus=0, scratch=os.path.join(c.tmp, "scratch")))
         argv = [AGENT, "--scheduler", c.address, "--work-dir", work, "--inventory", inv,
-                "--name", "joined", "--tls-ca", c.ca, "--heartbeat-interval-ms", "200"]
+                "--name", "joined", "--tls-ca", c.ca, "--heartbeat-interval-ms", "200",
+                "--run-as", "agent", "--allow-root-jobs"]
         agent = c.spawn(argv + ["--join-token", join], os.path.join(c.tmp, "joined.log"))
         wait_until("node joined READY", lambda: any(
             n["name"] == "joined" and n.get("state") == "READY"

@@ -45,6 +45,28 @@ TEST_F(ControllerTest, RanksGetTorchrunEnvironmentAndJobSucceeds) {
   EXPECT_EQ(controller_->GetQueue().gpus_in_use(), 0);
 }
 
+// The agent runs the ranks as the submitter, within what the job asked for
+// on each node.
+TEST_F(ControllerTest, StartRanksCarriesTheSubmitterAndTheNodesLimits) {
+  auto a = AddNode("a", 2);
+  v1::SubmitJobRequest req;
+  auto* spec = req.mutable_spec();
+  spec->add_command("/bin/true");
+  spec->mutable_resources()->set_nodes(1);
+  spec->mutable_resources()->set_gpus_per_node(1);
+  spec->mutable_resources()->set_cpus_per_node(3);
+  spec->mutable_resources()->set_memory_bytes_per_node(5ull << 30);
+  ASSERT_TRUE(SubmitRequest(req).ok());
+  controller_->Tick();
+  auto start = a->WaitFor(v1::SchedulerMessage::kStartRanks).start_ranks();
+  EXPECT_EQ(start.user(), "alice");
+  EXPECT_EQ(start.limits().memory_bytes(), 5ull << 30);
+  EXPECT_EQ(start.limits().cpus(), 3);
+  ASSERT_EQ(start.limits().gpu_indices_size(), 1);
+  EXPECT_EQ(start.limits().gpu_indices(0),
+            std::stoi(start.ranks(0).env().at("CUDA_VISIBLE_DEVICES")));
+}
+
 TEST_F(ControllerTest, FailedRankFailsTheGangAndStopsEveryNode) {
   auto a = AddNode("a", 1);
   auto b = AddNode("b", 1);
@@ -302,6 +324,10 @@ TEST_F(ControllerTest, TrainJobRunsXlTrainAndKeepsRankZeroMetrics) {
   EXPECT_GT(job.plan().memory_per_gpu().total_bytes(), 0u);
   EXPECT_EQ(job.spec().resources().memory_bytes_per_node(),
             job.plan().memory_per_gpu().total_bytes());
+  // The planner's figure (tensors only) places the job but limits nothing.
+  EXPECT_TRUE(job.memory_derived());
+  EXPECT_EQ(start.limits().memory_bytes(), 0u);
+  EXPECT_EQ(start.user(), "alice");
   EXPECT_EQ(job.metrics().step(), 10);
   EXPECT_DOUBLE_EQ(job.metrics().loss(), 0.75);
   ASSERT_TRUE(store_->WriteSync([](store::Tx&) { return absl::OkStatus(); }).ok());

@@ -1,0 +1,442 @@
+// Isolation on the node with real child processes, real users and real
+// cgroups: ranks run as the submitter, unknown users and root are refused,
+// job directories and TMPDIR are private, the memory limit kills and says
+// so, and the cgroup kills what escaped the rank's process group. Needs
+// root (it adds the users xltest-a and xltest-b, removed at the end) and a
+// writable cgroup hierarchy; skips with the reason otherwise.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "agent/isolation/cgroup.h"
+#include "agent/isolation/user.h"
+#include "agent/supervisor.h"
+#include "common/duration.h"
+#include "tests/agent/recording_sink.h"
+
+extern char** environ;
+
+namespace xl::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kUserA[] = "xltest-a";
+constexpr char kUserB[] = "xltest-b";
+
+// Runs argv (no shell) and returns its exit status, -1 when it cannot run.
+int Run(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
+                                   O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null",
+                                   O_WRONLY, 0);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void RemoveTestUsers() {
+  for (const char* user : {kUserA, kUserB}) {
+    Run({"/usr/sbin/userdel", user});
+  }
+}
+
+// Adds the throw-away users before the tests and removes them after, also
+// when a test fails (a crash leaves them; the next run removes them first).
+class TestUsers : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (geteuid() != 0) return;
+    RemoveTestUsers();
+    for (const char* user : {kUserA, kUserB}) {
+      if (Run({"/usr/sbin/useradd", "-M", "-s", "/usr/sbin/nologin", user}) ==
+          0) {
+        added_ = true;
+      }
+    }
+  }
+  void TearDown() override {
+    if (added_) RemoveTestUsers();
+  }
+
+ private:
+  bool added_ = false;
+};
+
+const ::testing::Environment* const kTestUsers =
+    ::testing::AddGlobalTestEnvironment(new TestUsers);
+
+RankUser MustLookUp(const std::string& name) {
+  absl::StatusOr<RankUser> user = LookUpUser(name);
+  EXPECT_TRUE(user.ok()) << user.status();
+  return user.ok() ? *user : RankUser();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+// Polls `pred` until it holds; false after 5 s.
+template <typename Pred>
+bool WaitUntilTrue(Pred pred) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (!pred() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return pred();
+}
+
+class IsolationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "isolation tests need root (they add users and switch "
+                      "to them); run them as root, as CI does";
+    }
+    if (!LookUpUser(kUserA).ok() || !LookUpUser(kUserB).ok()) {
+      GTEST_SKIP() << "cannot add the test users " << kUserA << " and "
+                   << kUserB << " (useradd failed)";
+    }
+    node_ = absl::StrCat("isolation-test-", getpid());
+    cgroups_ = DetectCgroups(node_);
+    if (cgroups_.version == CgroupVersion::kNone) {
+      GTEST_SKIP() << "no writable cgroup hierarchy: " << cgroups_.note;
+    }
+    absl::Status prepared = PrepareCgroups(cgroups_);
+    if (!prepared.ok()) {
+      GTEST_SKIP() << "cgroups not usable: " << prepared;
+    }
+    char tmpl[] = "/tmp/xl-isolation-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // The users pass through to their own directories under the work dir.
+    ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  }
+
+  void TearDown() override {
+    supervisor_.reset();
+    for (pid_t pid : strays_) kill(pid, SIGKILL);
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    // The node's directories (xl/<node>); xl/ stays for other agents.
+    for (const std::string& d :
+         {cgroups_.v2_dir, cgroups_.v1_dirs["memory"], cgroups_.v1_dirs["cpu"],
+          cgroups_.v1_dirs["devices"], cgroups_.v1_dirs["freezer"]}) {
+      if (!d.empty()) rmdir(d.c_str());
+    }
+  }
+
+  void StartSupervisor(RunAs run_as = RunAs::kSubmitter,
+                       bool allow_root_jobs = false) {
+    SupervisorOptions options;
+    options.work_dir = dir_ + "/work";
+    options.scratch_dir = dir_ + "/scratch";
+    options.run_as = run_as;
+    options.allow_root_jobs = allow_root_jobs;
+    options.cgroups = cgroups_;
+    options.default_grace = absl::Seconds(1);
+    supervisor_ = std::make_unique<Supervisor>(options, &sink_);
+    ASSERT_TRUE(supervisor_->Start().ok());
+  }
+
+  static v1::StartRanks Shell(const std::string& job, const std::string& user,
+                              const std::string& script) {
+    v1::StartRanks start;
+    start.set_job_id(job);
+    start.set_attempt(1);
+    start.set_user(user);
+    for (const char* a : {"/bin/sh", "-c"}) start.add_argv(a);
+    start.add_argv(script);
+    start.add_ranks()->set_rank(0);
+    return start;
+  }
+
+  v1::RankStatus RunToEnd(const v1::StartRanks& start) {
+    supervisor_->StartRanks(start);
+    return sink_.WaitEnd(start.job_id(), start.attempt(), 0);
+  }
+
+  std::string Stdout(const std::string& job) {
+    return sink_.Output(job, 0, v1::STDOUT);
+  }
+  std::string Stderr(const std::string& job) {
+    return sink_.Output(job, 0, v1::STDERR);
+  }
+
+  std::string node_;
+  CgroupHierarchy cgroups_;
+  std::string dir_;
+  RecordingSink sink_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::vector<pid_t> strays_;
+};
+
+TEST_F(IsolationTest, RankRunsAsTheSubmittersUidGidAndGroups) {
+  StartSupervisor();
+  const RankUser a = MustLookUp(kUserA);
+  v1::RankStatus end = RunToEnd(Shell("ids", kUserA, "id -u; id -g; id -G"));
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(end.exit_code(), 0) << Stderr("ids");
+  EXPECT_EQ(Stdout("ids"), absl::StrCat(a.uid, "\n", a.gid, "\n", a.gid, "\n"));
+}
+
+TEST_F(IsolationTest, UnknownUserFailsToStartNamingTheUserAndTheFix) {
+  StartSupervisor();
+  v1::RankStatus end =
+      RunToEnd(Shell("ghost", "xltest-nobody-here", "id -u"));
+  EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(),
+              HasSubstr("user \"xltest-nobody-here\" has no account on this "
+                        "node; create the account"));
+  EXPECT_THAT(end.message(), HasSubstr("submit the job as a user that exists"));
+}
+
+TEST_F(IsolationTest, RootIsRefusedWithoutAllowRootJobs) {
+  StartSupervisor();
+  v1::RankStatus end = RunToEnd(Shell("rootjob", "root", "id -u"));
+  EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(), HasSubstr("is root (uid 0)"));
+  EXPECT_THAT(end.message(), HasSubstr("--allow-root-jobs"));
+  EXPECT_EQ(Stdout("rootjob"), "");
+}
+
+TEST_F(IsolationTest, RootRunsWithAllowRootJobs) {
+  StartSupervisor(RunAs::kSubmitter, /*allow_root_jobs=*/true);
+  v1::RankStatus end = RunToEnd(Shell("rootjob", "root", "id -u"));
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(Stdout("rootjob"), "0\n");
+}
+
+TEST_F(IsolationTest, RunAsAgentAsRootIsRefusedWithoutAllowRootJobs) {
+  StartSupervisor(RunAs::kAgent);
+  v1::RankStatus end = RunToEnd(Shell("asagent", kUserA, "id -u"));
+  EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(), HasSubstr("--run-as agent"));
+  EXPECT_THAT(end.message(), HasSubstr("--allow-root-jobs"));
+}
+
+TEST_F(IsolationTest, AnotherJobsWorkingDirectoryIsNotReadable) {
+  StartSupervisor();
+  v1::RankStatus a =
+      RunToEnd(Shell("job-a", kUserA, "echo secret > data; pwd"));
+  ASSERT_EQ(a.state(), v1::RANK_EXITED) << a.message();
+  ASSERT_EQ(a.exit_code(), 0) << Stderr("job-a");
+  const std::string wd = dir_ + "/work/jobs/job-a/1";
+  ASSERT_EQ(Stdout("job-a"), wd + "\n");
+  struct stat st;
+  ASSERT_EQ(stat(wd.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, MustLookUp(kUserA).uid);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  v1::RankStatus b =
+      RunToEnd(Shell("job-b", kUserB, absl::StrCat("cat ", wd, "/data")));
+  ASSERT_EQ(b.state(), v1::RANK_EXITED) << b.message();
+  EXPECT_NE(b.exit_code(), 0);
+  EXPECT_THAT(Stderr("job-b"), HasSubstr("Permission denied"));
+  EXPECT_EQ(Stdout("job-b"), "");
+}
+
+TEST_F(IsolationTest, CheckpointDirectoryBelongsToTheUser) {
+  StartSupervisor();
+  v1::RankStatus end = RunToEnd(
+      Shell("ckpt", kUserA, "stat -c '%U %a' \"$XL_CHECKPOINT_DIR\""));
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(Stdout("ckpt"), absl::StrCat(kUserA, " 700\n"));
+}
+
+TEST_F(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {
+  StartSupervisor();
+  v1::RankStatus end = RunToEnd(Shell(
+      "tmpjob", kUserA,
+      "echo \"$TMPDIR\"; stat -c '%U %a' \"$TMPDIR\"; echo x > \"$TMPDIR/f\""));
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  ASSERT_EQ(end.exit_code(), 0) << Stderr("tmpjob");
+  const std::string tmp = dir_ + "/work/tmp/tmpjob-1";
+  EXPECT_EQ(Stdout("tmpjob"), absl::StrCat(tmp, "\n", kUserA, " 700\n"));
+  EXPECT_TRUE(WaitUntilTrue([&] { return !std::filesystem::exists(tmp); }))
+      << tmp << " is still there after the job";
+}
+
+TEST_F(IsolationTest, OverTheMemoryLimitIsKilledWithTheReasonAndThePeak) {
+  StartSupervisor();
+  v1::StartRanks start = Shell(
+      "hog", kUserA, "exec /usr/bin/python3 -c \"x = b'x' * (512 << 20)\"");
+  start.mutable_limits()->set_memory_bytes(64 << 20);
+  v1::RankStatus end = RunToEnd(start);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(end.signal(), SIGKILL) << end.message();
+  EXPECT_THAT(end.message(),
+              HasSubstr("exceeded its memory limit of 67108864 bytes (64 MiB)"));
+  EXPECT_THAT(end.message(), HasSubstr("memory_bytes_per_node"));
+  EXPECT_GT(end.peak_memory_bytes(), 48u << 20);
+  EXPECT_LE(end.peak_memory_bytes(), 65u << 20);
+}
+
+TEST_F(IsolationTest, PeakMemoryIsReportedForANormalExit) {
+  StartSupervisor();
+  v1::StartRanks start = Shell(
+      "fits", kUserA, "exec /usr/bin/python3 -c \"x = b'x' * (32 << 20)\"");
+  start.mutable_limits()->set_memory_bytes(256 << 20);
+  v1::RankStatus end = RunToEnd(start);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(end.exit_code(), 0) << Stderr("fits");
+  EXPECT_EQ(end.message(), "exited with code 0");
+  EXPECT_GE(end.peak_memory_bytes(), 32u << 20);
+  EXPECT_LT(end.peak_memory_bytes(), 256u << 20);
+}
+
+TEST_F(IsolationTest, CpuLimitIsTheCfsQuotaOfTheAttemptsCgroup) {
+  StartSupervisor();
+  v1::StartRanks start = Shell("cpu", kUserA, "cat /proc/self/cgroup");
+  start.mutable_limits()->set_cpus(2);
+  v1::RankStatus end = RunToEnd(start);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  // The rank was in the attempt's cgroup of every controller used.
+  const std::string name = absl::StrCat("/xl/", node_, "/cpu-1");
+  int seen = 0;
+  for (absl::string_view line :
+       absl::StrSplit(Stdout("cpu"), '\n', absl::SkipEmpty())) {
+    const bool ours =
+        cgroups_.version == CgroupVersion::kV2
+            ? absl::StartsWith(line, "0::")
+            : absl::StrContains(line, ":memory:") ||
+                  absl::StrContains(line, ":cpu:") ||
+                  absl::StrContains(line, ":devices:") ||
+                  absl::StrContains(line, ":freezer:");
+    if (!ours) continue;
+    ++seen;
+    EXPECT_TRUE(absl::EndsWith(line, name)) << line;
+  }
+  EXPECT_EQ(seen, cgroups_.version == CgroupVersion::kV2
+                      ? 1
+                      : static_cast<int>(cgroups_.v1_dirs.size()));
+  // The quota, read while a rank of the attempt runs.
+  v1::StartRanks held = Shell("cpu2", kUserA, "sleep 30");
+  held.mutable_limits()->set_cpus(2);
+  supervisor_->StartRanks(held);
+  ASSERT_GT(sink_.WaitRunning("cpu2", 1, 0), 0);
+  std::string quota =
+      cgroups_.version == CgroupVersion::kV2
+          ? ReadAll(cgroups_.v2_dir + "/cpu2-1/cpu.max")
+          : ReadAll(cgroups_.v1_dirs.at("cpu") + "/cpu2-1/cpu.cfs_quota_us");
+  EXPECT_EQ(std::string(absl::StripAsciiWhitespace(quota)),
+            cgroups_.version == CgroupVersion::kV2 ? "200000 100000"
+                                                   : "200000");
+  supervisor_->StopJob([] {
+    v1::StopJob stop;
+    stop.set_job_id("cpu2");
+    stop.set_attempt(1);
+    return stop;
+  }());
+  sink_.WaitEnd("cpu2", 1, 0);
+}
+
+TEST_F(IsolationTest, StopKillsAGrandchildThatLeftTheGroupWithSetsid) {
+  StartSupervisor();
+  supervisor_->StartRanks(Shell(
+      "escape", kUserA,
+      "setsid /bin/sh -c 'echo $$ > escaped.pid; exec sleep 300' "
+      "</dev/null >/dev/null 2>&1 & exec sleep 300"));
+  ASSERT_GT(sink_.WaitRunning("escape", 1, 0), 0);
+  const std::string pid_file = dir_ + "/work/jobs/escape/1/escaped.pid";
+  pid_t escaped = 0;
+  ASSERT_TRUE(WaitUntilTrue([&] {
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(pid_file)),
+                            &escaped) &&
+           escaped > 0;
+  }));
+  strays_.push_back(escaped);
+  ASSERT_TRUE(Alive(escaped));
+  ASSERT_NE(getpgid(escaped), sink_.WaitRunning("escape", 1, 0))
+      << "the grandchild did not leave the rank's process group";
+
+  v1::StopJob stop;
+  stop.set_job_id("escape");
+  stop.set_attempt(1);
+  *stop.mutable_grace_period() = ToProtoDuration(absl::Seconds(1));
+  supervisor_->StopJob(stop);
+  v1::RankStatus end = sink_.WaitEnd("escape", 1, 0);
+  EXPECT_EQ(end.signal(), SIGTERM);
+  EXPECT_TRUE(WaitUntilTrue([&] { return !Alive(escaped); }))
+      << "pid " << escaped << " escaped with setsid() and survived the stop";
+}
+
+TEST_F(IsolationTest, OnlyTheUsualDevicesCanBeOpened) {
+  if (!cgroups_.devices) {
+    GTEST_SKIP() << "devices are confined only with the cgroup v1 devices "
+                    "controller: "
+                 << cgroups_.note;
+  }
+  if (access("/dev/kmsg", R_OK) != 0) GTEST_SKIP() << "no /dev/kmsg here";
+  // Root could open /dev/kmsg anywhere else.
+  StartSupervisor(RunAs::kSubmitter, /*allow_root_jobs=*/true);
+  v1::RankStatus end = RunToEnd(Shell(
+      "devs", "root", "echo ok > /dev/null && echo null; : < /dev/kmsg"));
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_NE(end.exit_code(), 0);
+  EXPECT_EQ(Stdout("devs"), "null\n");
+  EXPECT_THAT(Stderr("devs"), HasSubstr("Operation not permitted"));
+}
+
+// Labelled gpu: needs /dev/nvidia0.
+TEST_F(IsolationTest, GpuOnlyTheAllocatedGpusDevicesCanBeOpened) {
+  if (access("/dev/nvidia0", F_OK) != 0) {
+    GTEST_SKIP() << "no /dev/nvidia0: this test needs an NVIDIA GPU";
+  }
+  if (!cgroups_.devices) {
+    GTEST_SKIP() << "devices are confined only with the cgroup v1 devices "
+                    "controller: "
+                 << cgroups_.note;
+  }
+  StartSupervisor();
+  v1::StartRanks allowed =
+      Shell("gpu-yes", kUserA, ": < /dev/nvidia0 && echo opened");
+  allowed.mutable_limits()->add_gpu_indices(0);
+  // Without the allocation the same open is refused by the cgroup (the
+  // device file itself is world-readable).
+  v1::StartRanks denied = Shell("gpu-no", kUserA, ": < /dev/nvidia0");
+  v1::RankStatus yes = RunToEnd(allowed);
+  v1::RankStatus no = RunToEnd(denied);
+  EXPECT_EQ(yes.exit_code(), 0) << Stderr("gpu-yes");
+  EXPECT_EQ(Stdout("gpu-yes"), "opened\n");
+  EXPECT_NE(no.exit_code(), 0);
+  EXPECT_THAT(Stderr("gpu-no"), HasSubstr("Operation not permitted"));
+}
+
+}  // namespace
+}  // namespace xl::agent
