@@ -54,6 +54,11 @@ absl::Status Commands::Login(const std::string& token,
         "login: no token; pass --token, or pipe it in: "
         "echo \"$TOKEN\" | xlctl login");
   }
+  if (tls_ca_pem.empty()) {
+    return UsageError(
+        "login: give the CA certificate of the scheduler with --tls-ca FILE "
+        "(or XL_TLS_CA): a token is only ever sent over TLS");
+  }
   xl::v1::WhoAmIResponse response;
   auto context = connection_->UnaryContext();
   grpc::Status status =
@@ -67,8 +72,9 @@ absl::Status Commands::Login(const std::string& token,
         " runs without TLS or tokens, so a token means nothing to it; "
         "nothing was stored"));
   }
-  absl::Status st = StoreToken(token);
-  if (st.ok() && !tls_ca_pem.empty()) st = StoreCa(tls_ca_pem);
+  // The CA first: a stored token never goes without the CA it is for.
+  absl::Status st = StoreCa(tls_ca_pem);
+  if (st.ok()) st = StoreToken(token);
   if (!st.ok()) {
     return absl::Status(st.code(),
                         absl::StrCat("login: ", st.message(),

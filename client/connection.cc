@@ -45,7 +45,9 @@ std::unique_ptr<grpc::ClientContext> SchedulerConnection::StreamContext(
     absl::Time deadline) const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->AddMetadata(xl::kUserMetadataKey, options_.user);
-  if (!options_.token.empty()) {
+  // A token travels only over TLS: sent in plaintext it could be read, or
+  // collected by whatever listens on the address.
+  if (!options_.token.empty() && !options_.tls_ca_pem.empty()) {
     context->AddMetadata("authorization",
                          absl::StrCat("Bearer ", options_.token));
   }
@@ -68,7 +70,11 @@ absl::Status SchedulerConnection::CallError(
       text = absl::StrCat("cannot reach the xl scheduler at ", options_.server,
                           ": ", msg,
                           "; is xl-scheduler running? set --server or "
-                          "XL_SERVER");
+                          "XL_SERVER",
+                          options_.tls_ca_pem.empty()
+                              ? "; if it serves TLS, give its CA with "
+                                "--tls-ca (XL_TLS_CA)"
+                              : "; if it does not serve TLS, drop --tls-ca");
       break;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       text = absl::StrCat(what, ": the xl scheduler at ", options_.server,
@@ -85,12 +91,16 @@ absl::Status SchedulerConnection::CallError(
                           "; correct it and try again");
       break;
     case grpc::StatusCode::UNAUTHENTICATED:
-      text = absl::StrCat(what, ": ", msg,
-                          options_.token.empty()
-                              ? "; log in with 'xlctl login' (with a token "
-                                "from an admin) or set XL_TOKEN"
-                              : "; your token is not accepted: get a new "
-                                "one and run 'xlctl login'");
+      text = absl::StrCat(
+          what, ": ", msg,
+          options_.token.empty()
+              ? "; log in with 'xlctl login' (with a token from an admin) "
+                "or set XL_TOKEN"
+          : options_.tls_ca_pem.empty()
+              ? "; your token was not sent, since xlctl sends tokens only "
+                "over TLS: give the scheduler's CA with --tls-ca (XL_TLS_CA)"
+              : "; your token is not accepted: get a new one and run "
+                "'xlctl login'");
       break;
     case grpc::StatusCode::PERMISSION_DENIED:
       text = absl::StrCat(what, ": ", msg);

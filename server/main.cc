@@ -2,9 +2,12 @@
 // places each job, all or nothing, on agents.
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -62,6 +65,7 @@ int RunTokenCommand(const std::string& verb, const TokenCommand& c) {
         "token ", verb, verb == "create" ? " --user U [--admin]" : "",
         verb == "revoke" ? " ID" : ""));
   }
+  umask(077);  // a database made here is private, as the scheduler's is
   auto tokens = xl::auth::TokenStore::Open(c.db);
   if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
   const absl::Time now = absl::Now();
@@ -327,7 +331,19 @@ int main(int argc, char** argv) {
         "--db is required: give the SQLite file to keep jobs in (for example "
         "--db /var/lib/xl/xl.db), or use --dev to try xl on one machine");
   }
+  // The database holds every job's environment and the tokens' hashes:
+  // readable by this user only (SQLite gives its -wal and -shm files the
+  // database's mode).
+  const mode_t old_umask = umask(077);
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string f = opts.db + suffix;
+    if (access(f.c_str(), F_OK) == 0 && chmod(f.c_str(), 0600) != 0) {
+      fprintf(stderr, "xl-scheduler: WARNING: cannot make %s private: %s\n",
+              f.c_str(), strerror(errno));
+    }
+  }
   auto server = xl::service::SchedulerServer::Start(opts);
+  umask(old_umask);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   printf("xl-scheduler: listening on %s (db %s; %s)\n",
          (*server)->address().c_str(), opts.db.c_str(),

@@ -280,6 +280,21 @@ absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+absl::StatusOr<CertificateUse> DescribeCertificate(
+    const std::string& cert_pem) {
+  auto cert = ReadCert(cert_pem);
+  if (!cert.ok()) return cert.status();
+  CertificateUse use;
+  X509* x = cert->get();
+  // X509_check_ca and the extension flags need the cached extensions.
+  use.is_ca = X509_check_ca(x) != 0;
+  const uint32_t xku = X509_get_extended_key_usage(x);
+  const bool has_eku = (X509_get_extension_flags(x) & EXFLAG_XKUSAGE) != 0;
+  use.client_auth = has_eku && (xku & XKU_SSL_CLIENT) != 0;
+  use.server_auth = !has_eku || (xku & XKU_SSL_SERVER) != 0;
+  return use;
+}
+
 absl::Status VerifyCertificate(const std::string& cert_pem,
                                const std::string& ca_cert_pem) {
   auto cert = ReadCert(cert_pem);

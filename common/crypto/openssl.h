@@ -60,6 +60,16 @@ absl::StatusOr<std::string> IssueCertificate(
 // The subject's common name of a certificate PEM.
 absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem);
 
+// What a certificate may be used for. A certificate without an extended
+// key usage extension counts as usable for anything (server_auth true,
+// client_auth false: xl's node certificates always name clientAuth).
+struct CertificateUse {
+  bool is_ca = false;
+  bool client_auth = false;
+  bool server_auth = false;
+};
+absl::StatusOr<CertificateUse> DescribeCertificate(const std::string& cert_pem);
+
 // Checks that `cert_pem` was signed by `ca_cert_pem` and is valid now.
 absl::Status VerifyCertificate(const std::string& cert_pem,
                                const std::string& ca_cert_pem);

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/crypto/openssl.h"
 #include "server/service/identity.h"
 
 namespace xl::auth {
@@ -12,18 +13,37 @@ namespace {
 
 constexpr char kAuthorization[] = "authorization";
 
-// The node name of a verified client certificate, or "".
-std::string CertificateName(const grpc::CallbackServerContext* ctx) {
+// The node a verified client certificate names, "" when there is none, or
+// the reason a certificate cannot stand for a node. Only a certificate made
+// for a node counts: clientAuth and not serverAuth in its extended key
+// usage, not a CA, and a common name that is a valid node name (so a
+// server's or an operator's certificate from the same CA is no node).
+absl::StatusOr<std::string> CertificateName(
+    const grpc::CallbackServerContext* ctx) {
   std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
-  if (auth == nullptr || !auth->IsPeerAuthenticated()) return "";
-  for (const char* property :
-       {"x509_common_name", "x509_subject_alternative_name"}) {
-    auto values = auth->FindPropertyValues(property);
-    if (!values.empty()) {
-      return std::string(values.front().data(), values.front().size());
-    }
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return std::string();
+  auto pems = auth->FindPropertyValues("x509_pem_cert");
+  auto names = auth->FindPropertyValues("x509_common_name");
+  if (pems.empty() || names.empty()) {
+    return absl::UnauthenticatedError(
+        "the client certificate names no node (no common name); issue node "
+        "certificates with 'xl-scheduler token create --join' or as the "
+        "README's Security section says");
   }
-  return "";
+  auto use = crypto::DescribeCertificate(
+      std::string(pems.front().data(), pems.front().size()));
+  if (!use.ok()) return absl::UnauthenticatedError(use.status().message());
+  std::string name(names.front().data(), names.front().size());
+  if (use->is_ca || !use->client_auth || use->server_auth) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the client certificate of \"", name,
+        "\" is not a node certificate (it must have the clientAuth extended "
+        "key usage only and not be a CA); give the agent the certificate "
+        "issued for its node"));
+  }
+  absl::Status valid = ValidatePrincipalName(name, "node certificate name");
+  if (!valid.ok()) return absl::PermissionDeniedError(valid.message());
+  return name;
 }
 
 }  // namespace
@@ -64,7 +84,9 @@ absl::StatusOr<Principal> Authenticator::Identify(
     p.authenticated = true;
     return p;
   }
-  std::string node = CertificateName(ctx);
+  auto certified = CertificateName(ctx);
+  if (!certified.ok()) return certified.status();
+  const std::string& node = *certified;
   if (!node.empty()) {
     p.kind = Principal::Kind::kNode;
     p.name = node;
@@ -107,7 +129,15 @@ absl::Status RequireOwner(const Principal& p, const v1::Job& job,
 void RedactJob(v1::Job* job, bool full) {
   auto* env = job->mutable_spec()->mutable_env();
   if (!full) {
+    // Others see what a job asks for and where it runs, not what it runs
+    // with: environment values, arguments (they often carry keys), its
+    // training metrics, its idempotency key and its ranks' messages.
     for (auto& entry : *env) entry.second = kRedacted;
+    auto* command = job->mutable_spec()->mutable_command();
+    for (int i = 1; i < command->size(); ++i) *command->Mutable(i) = kRedacted;
+    job->clear_metrics();
+    job->clear_idempotency_key();
+    for (auto& exit : *job->mutable_rank_exits()) exit.clear_message();
   }
   for (const std::string& key : job->spec().secret_env()) {
     auto it = env->find(key);

@@ -71,8 +71,9 @@ absl::Status RequireOwner(const Principal& p, const v1::Job& job,
                           absl::string_view what);
 
 inline constexpr char kRedacted[] = "<redacted>";
-// Hides the values of the job's secret_env entries always, and of every
-// env entry when `full` is false (someone else's job).
+// Hides the values of the job's secret_env entries always; when `full` is
+// false (someone else's job) also every env value, the command's
+// arguments, the metrics, the idempotency key and the ranks' exit messages.
 void RedactJob(v1::Job* job, bool full);
 // RedactJob with `full` = OwnsOrAdmin(p, job->user()).
 void RedactJobFor(const Principal& p, v1::Job* job);

@@ -202,16 +202,18 @@ absl::StatusOr<TokenInfo> TokenStore::VerifyUser(const std::string& token,
   return Verify(token, kUserToken, now);
 }
 
-absl::StatusOr<TokenInfo> TokenStore::UseJoin(const std::string& token,
-                                              const std::string& node,
-                                              absl::Time now) {
+absl::StatusOr<TokenInfo> TokenStore::UseJoin(
+    const std::string& token, const std::string& node, absl::Time now,
+    const std::function<absl::Status(const TokenInfo&)>& before_spend) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(TokenInfo info, Verify(token, kJoinToken, now));
   if (!info.user.empty() && info.user != node) {
     return absl::PermissionDeniedError(
         absl::StrCat("join token ", info.id, " is for node ", info.user,
-                     ", not ", node));
+                     ", not ", node, "; start the agent with --name ",
+                     info.user, " or ask an admin for a token for ", node));
   }
+  if (before_spend) RETURN_IF_ERROR(before_spend(info));
   // Spent only if still unspent: two joins racing on one token, one wins.
   ASSIGN_OR_RETURN(auto st, db_->Prepare("UPDATE tokens SET revoked = ?, "
                                          "used_by = ? WHERE id = ? AND "
@@ -222,8 +224,10 @@ absl::StatusOr<TokenInfo> TokenStore::UseJoin(const std::string& token,
   st->BindText(3, info.id);
   RETURN_IF_ERROR(st->Run());
   if (db_->Changes() != 1) {
-    return Unauthenticated(
-        absl::StrCat("join token ", info.id, " was already used"));
+    return Unauthenticated(absl::StrCat(
+        "join token ", info.id,
+        " was already used; ask an admin for a new one (xlctl token create "
+        "--join --node ", node, ")"));
   }
   TokenInfo& spent = tokens_[info.id].info;
   spent.revoked = absl::FromUnixSeconds(when);

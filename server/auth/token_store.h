@@ -10,6 +10,7 @@
 #ifndef XL_SERVER_AUTH_TOKEN_STORE_H_
 #define XL_SERVER_AUTH_TOKEN_STORE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -62,9 +63,13 @@ class TokenStore {
                                        absl::Time now);
   // Spends a valid join token for `node`: it cannot be used again.
   // UNAUTHENTICATED as for VerifyUser; PERMISSION_DENIED when the token is
-  // bound to another node.
-  absl::StatusOr<TokenInfo> UseJoin(const std::string& token,
-                                    const std::string& node, absl::Time now);
+  // bound to another node. `before_spend` (when set) runs once the token is
+  // known good and before it is spent; its error is returned and leaves
+  // the token unspent (a bad public key does not burn it).
+  absl::StatusOr<TokenInfo> UseJoin(
+      const std::string& token, const std::string& node, absl::Time now,
+      const std::function<absl::Status(const TokenInfo&)>& before_spend =
+          nullptr);
 
  private:
   struct Entry {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/crypto/openssl.h"
 #include "common/duration.h"
 #include "common/status.h"
 #include "server/control/controller.h"
@@ -17,8 +18,12 @@
 namespace xl::control {
 namespace {
 
+// XL_RENDEZVOUS_TOKEN: 128 bits from the operating system's generator (it
+// is the only secret a rank shows the rendezvous).
 std::string RandomToken() {
-  absl::BitGen gen;
+  auto bytes = crypto::RandomBytes(16);
+  if (bytes.ok()) return crypto::HexEncode(*bytes);
+  absl::BitGen gen;  // RAND_bytes failing is not expected; still random
   return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
                          absl::Uniform<uint64_t>(gen));
 }

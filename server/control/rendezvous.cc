@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/crypto/openssl.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
@@ -76,7 +78,8 @@ absl::StatusOr<Rendezvous::Scope*> Rendezvous::Find(
     const v1::RendezvousScope& s) {
   auto it = scopes_.find(s.job_id());
   if (it == scopes_.end() || it->second.attempt != s.attempt() ||
-      it->second.token.empty() || it->second.token != s.token()) {
+      it->second.token.empty() ||
+      !crypto::ConstantTimeEquals(it->second.token, s.token())) {
     return absl::PermissionDeniedError(absl::StrCat(
         "scope: job ", s.job_id(), " attempt ", s.attempt(),
         " is not running or the token is wrong; only the ranks of a running "

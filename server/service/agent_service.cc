@@ -174,6 +174,13 @@ class AgentStreamReactor : public Reactor {
             "register: the first message of a session must be Register")));
         return;
       }
+      if (auth_enabled_ && in_.register_().instance_id().empty()) {
+        stream_->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+            "register: instance_id is required by a scheduler with TLS (it "
+            "tells a restarted agent from a second one); upgrade the "
+            "agent")));
+        return;
+      }
       if (auth_enabled_ && in_.register_().name() != certified_node_) {
         stream_->Finish(ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
             "register: the agent calls itself \"", in_.register_().name(),

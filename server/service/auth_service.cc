@@ -145,25 +145,35 @@ grpc::ServerUnaryReactor* AuthServiceImpl::JoinNode(
         "public_key_pem: required; the node's public key in PEM"));
   }
   // A name the scheduler already knows is taken over only with a token
-  // bound to that name (token create --join --node NAME).
-  auto spent = auth_->tokens()->UseJoin(request->join_token(),
-                                        request->node_name(), absl::Now());
+  // bound to that name (token create --join --node NAME). The certificate
+  // is made before the token is spent, so a bad key does not burn it.
+  std::string cert;
+  auto spent = auth_->tokens()->UseJoin(
+      request->join_token(), request->node_name(), absl::Now(),
+      [&](const auth::TokenInfo& token) -> absl::Status {
+        if (token.user.empty() &&
+            controller_->GetNode(request->node_name()).ok()) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "join: node ", request->node_name(),
+              " is already known; to give it a new certificate use a join "
+              "token made for it (xlctl token create --join --node ",
+              request->node_name(), "); this token was not spent"));
+        }
+        crypto::CertificateSubject subject;
+        subject.common_name = request->node_name();
+        subject.client_auth = true;
+        subject.validity = ca_.validity;
+        auto made = crypto::IssueCertificate(subject, request->public_key_pem(),
+                                             ca_.cert_pem, ca_.key_pem);
+        if (!made.ok()) {
+          return Annotate(made.status(),
+                          "public_key_pem (the token was not spent)");
+        }
+        cert = std::move(*made);
+        return absl::OkStatus();
+      });
   if (!spent.ok()) return finish(spent.status());
-  if (spent->user.empty() && controller_->GetNode(request->node_name()).ok()) {
-    return finish(absl::AlreadyExistsError(absl::StrCat(
-        "join: node ", request->node_name(),
-        " is already known; to give it a new certificate use a join token "
-        "made for it (token create --join --node ", request->node_name(),
-        ")")));
-  }
-  crypto::CertificateSubject subject;
-  subject.common_name = request->node_name();
-  subject.client_auth = true;
-  subject.validity = ca_.validity;
-  auto cert = crypto::IssueCertificate(subject, request->public_key_pem(),
-                                       ca_.cert_pem, ca_.key_pem);
-  if (!cert.ok()) return finish(Annotate(cert.status(), "public_key_pem"));
-  response->set_certificate_pem(*cert);
+  response->set_certificate_pem(cert);
   response->set_ca_certificate_pem(ca_.cert_pem);
   return finish(absl::OkStatus());
 }

@@ -1,6 +1,8 @@
 #include "server/service/scheduler_server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <netinet/in.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/match.h"
@@ -16,7 +18,14 @@ bool IsLoopbackHost(const std::string& host) {
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
     h = h.substr(1, h.size() - 2);
   }
-  return h == "localhost" || h == "::1" || absl::StartsWith(h, "127.");
+  if (h == "localhost") return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6;
+  return inet_pton(AF_INET6, h.c_str(), &v6) == 1 &&
+         IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 namespace {

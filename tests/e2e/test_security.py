@@ -101,7 +101,9 @@ class Security(unittest.TestCase):
         alice, mallory = c.token("--user", "alice"), c.token("--user", "mallory")
         job_file = os.path.join(c.tmp, "secret.yaml")
         with open(job_file, "w") as f:
-            f.write("name: secret\ncommand: [/bin/sleep, '30']\n"
+            # The job prints its own environment (its output is its own);
+            # the scheduler's and agents' logs must not carry the secret.
+            f.write("name: secret\ncommand: [/bin/sh, -c, 'env; sleep 30']\n"
                     "env: {SECRET_KEY: hunter2, PLAIN: plain-value}\n"
                     "secret_env: [SECRET_KEY]\n")
         job = c.xlctl("submit", job_file, token=alice).stdout.strip()

@@ -198,6 +198,7 @@ class AuthMatrixTest : public ::testing::Test {
     v1::SubmitJobRequest req;
     req.mutable_spec()->set_name(name);
     req.mutable_spec()->add_command("/bin/true");
+    req.mutable_spec()->add_command("--key=argument-secret");
     (*req.mutable_spec()->mutable_env())["PLAIN"] = kPlainValue;
     (*req.mutable_spec()->mutable_env())["SECRET_KEY"] = kSecretValue;
     req.mutable_spec()->add_secret_env("SECRET_KEY");
@@ -286,6 +287,9 @@ void ExpectRedactedFor(int w, const v1::Job& job, const std::string& rpc) {
   const bool full = w == kOwner || w == kAdmin;
   EXPECT_EQ(env.at("PLAIN") == kPlainValue, full)
       << rpc << ": environment shown to " << kWhoNames[w];
+  ASSERT_GE(job.spec().command_size(), 2) << rpc;
+  EXPECT_EQ(job.spec().command(1) == "--key=argument-secret", full)
+      << rpc << ": arguments shown to " << kWhoNames[w];
 }
 
 TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
@@ -337,11 +341,14 @@ TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
     grpc::Status st = Jobs(w).ListJobs(c, req, &resp);
     if (st.ok()) {
       EXPECT_GT(resp.jobs_size(), 0);
+      int alices = 0;
       for (const v1::Job& j : resp.jobs()) {
-        if (j.user() == "alice" && j.spec().env().count("SECRET_KEY")) {
+        if (j.user() == "alice" && j.spec().name() == "target") {
           ExpectRedactedFor(w, j, "ListJobs");
+          ++alices;
         }
       }
+      EXPECT_EQ(alices, 1) << "ListJobs by " << kWhoNames[w];
     }
     return st;
   });
@@ -555,8 +562,8 @@ TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
   EXPECT_EQ(denials_held, denials);
 }
 
-// A rank's ranks-exited report for a node it is not: the session of n1
-// cannot speak for n2 (the node name comes from the certificate).
+// An agent with n2's certificate cannot register as n1: the node name
+// comes from the certificate.
 TEST_F(AuthMatrixTest, ANodeCertificateCannotRegisterAnotherName) {
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ca_.cert;
@@ -577,6 +584,77 @@ TEST_F(AuthMatrixTest, ANodeCertificateCannotRegisterAnotherName) {
   EXPECT_NE(st.error_message().find("certificate is for node \"n2\""),
             std::string::npos)
       << st.error_message();
+}
+
+// A certificate from the cluster's CA that was not made for a node (a
+// server's, with both key usages) does not make its holder a node.
+TEST_F(AuthMatrixTest, ACertificateNotMadeForANodeIsNoNode) {
+  crypto::CertificateSubject both;
+  both.common_name = "n4";
+  both.client_auth = true;
+  both.server_auth = true;
+  Pki cert = Issue(both, ca_);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ca_.cert;
+  ssl.pem_cert_chain = cert.cert;
+  ssl.pem_private_key = cert.key;
+  auto channel = grpc::CreateChannel(target_, grpc::SslCredentials(ssl));
+  auto stub = v1::AgentService::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub->Connect(&ctx);
+  v1::AgentMessage reg;
+  reg.mutable_register_()->set_name("n4");
+  reg.mutable_register_()->set_instance_id("n4");
+  stream->Write(reg);
+  v1::SchedulerMessage m;
+  EXPECT_FALSE(stream->Read(&m));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), DENIED) << st.error_message();
+  EXPECT_NE(st.error_message().find("not a node certificate"),
+            std::string::npos)
+      << st.error_message();
+}
+
+// With TLS, a Register must carry the agent's instance id (an empty one
+// would push a live session of the same node aside).
+TEST_F(AuthMatrixTest, RegisterWithoutInstanceIdIsRefused) {
+  v1::AgentService::Stub stub(channel_[kNode]);
+  grpc::ClientContext ctx;
+  auto stream = stub.Connect(&ctx);
+  v1::AgentMessage reg;
+  reg.mutable_register_()->set_name("n3");
+  stream->Write(reg);
+  v1::SchedulerMessage m;
+  EXPECT_FALSE(stream->Read(&m));
+  EXPECT_EQ(stream->Finish().error_code(), StatusCode::INVALID_ARGUMENT);
+}
+
+// A join whose public key is no key, or whose name is taken, does not spend
+// the token: it still works for a proper join.
+TEST_F(AuthMatrixTest, AFailedJoinDoesNotSpendTheToken) {
+  ConnectN1();
+  v1::AuthService::Stub stub(channel_[kNone]);
+  v1::JoinNodeRequest req;
+  req.set_join_token(join_token_[kNone]);
+  req.set_node_name("fresh");
+  req.set_public_key_pem("-----BEGIN PUBLIC KEY-----\nnot a key\n");
+  v1::JoinNodeResponse resp;
+  {
+    auto ctx = Context(kNone);
+    EXPECT_FALSE(stub.JoinNode(ctx.get(), req, &resp).ok());
+  }
+  req.set_node_name("n1");  // known, and the token is not bound to it
+  req.set_public_key_pem(*crypto::PublicKeyPem(*crypto::GeneratePrivateKeyPem()));
+  {
+    auto ctx = Context(kNone);
+    grpc::Status st = stub.JoinNode(ctx.get(), req, &resp);
+    EXPECT_EQ(st.error_code(), StatusCode::ALREADY_EXISTS) << st.error_message();
+  }
+  req.set_node_name("fresh");
+  auto ctx = Context(kNone);
+  grpc::Status st = stub.JoinNode(ctx.get(), req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
 }
 
 TEST_F(AuthMatrixTest, AJoinTokenWorksOnce) {
