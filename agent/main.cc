@@ -236,6 +236,7 @@ int Main(int argc, char** argv) {
   }
   tls.work_dir = work_dir;
   tls.name = name;
+  tls.name_is_default = !name_given;
   tls.scheduler = scheduler;
   auto credentials = LoadNodeCredentials(tls);
   if (!credentials.ok()) {

@@ -40,6 +40,7 @@ absl::Status Join(const NodeTlsOptions& o, const std::string& ca_pem,
   req.set_join_token(o.join_token);
   req.set_node_name(o.name);
   req.set_public_key_pem(pub_pem);
+  req.set_name_is_default(o.name_is_default);
   v1::JoinNodeResponse resp;
   grpc::Status st = stub->JoinNode(&ctx, req, &resp);
   if (!st.ok()) {
@@ -50,8 +51,8 @@ absl::Status Join(const NodeTlsOptions& o, const std::string& ca_pem,
   RETURN_IF_ERROR(crypto::WriteFileAtomically(key_path, key_pem, 0600));
   RETURN_IF_ERROR(
       crypto::WriteFileAtomically(cert_path, resp.certificate_pem(), 0600));
-  LogLine(absl::StrCat("joined the cluster as node ", o.name,
-                       "; its certificate is in ", cert_path));
+  LogLine(absl::StrCat("joined the cluster; the node's certificate is in ",
+                       cert_path));
   return absl::OkStatus();
 }
 

@@ -23,6 +23,9 @@ struct NodeTlsOptions {
   std::string work_dir;
   // The name the node wants when it joins (the certificate's name).
   std::string name;
+  // `name` is the hostname, not --name: a join token made for a node names
+  // the node instead.
+  bool name_is_default = false;
   std::string scheduler;
 };
 

@@ -9,11 +9,15 @@
 #include <iostream>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/credentials.h"
 #include "client/exit_code.h"
+#include "client/output.h"
 #include "common/crypto/openssl.h"
 #include "common/identity.h"
 #include "common/status.h"
@@ -642,7 +646,15 @@ int RunInvocation(const Invocation& invocation, std::ostream& out,
                   std::ostream& err) {
   absl::Status status = RunStatus(invocation, out, err);
   out.flush();
-  if (!status.ok()) err << "xlctl: " << status.message() << "\n";
+  if (!status.ok()) {
+    // Errors echo values other users chose (a job's reason, a node's):
+    // escaped, line by line, like every table.
+    std::vector<std::string> lines;
+    for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+      lines.push_back(Printable(line));
+    }
+    err << "xlctl: " << absl::StrJoin(lines, "\n") << "\n";
+  }
   return ExitCodeFor(status);
 }
 

@@ -558,7 +558,9 @@ void Commands::PrintNode(const xl::v1::Node& node, const char* verb) {
   }
   *out_ << "node " << node.name() << " " << verb << "; state "
         << NodeStateName(node.state());
-  if (!node.state_reason().empty()) *out_ << " (" << node.state_reason() << ")";
+  if (!node.state_reason().empty()) {
+    *out_ << " (" << Printable(node.state_reason()) << ")";
+  }
   *out_ << "\n";
 }
 

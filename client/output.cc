@@ -33,7 +33,10 @@ class TextTable {
   explicit TextTable(std::vector<std::string> header) {
     rows_.push_back(std::move(header));
   }
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void AddRow(std::vector<std::string> row) {
+    for (std::string& cell : row) cell = Printable(cell);
+    rows_.push_back(std::move(row));
+  }
 
   std::string Render() const {
     std::vector<size_t> width;
@@ -43,6 +46,8 @@ class TextTable {
         width[i] = std::max(width[i], row[i].size());
       }
     }
+    // Cells are escaped as they are added (AddRow), so widths count what is
+    // printed.
     std::string out;
     for (const auto& row : rows_) {
       std::string line;
@@ -67,8 +72,8 @@ class TextTable {
 // "Key:  value" lines with the values aligned.
 class KeyValueBlock {
  public:
-  void Add(std::string key, std::string value) {
-    lines_.emplace_back(std::move(key), std::move(value));
+  void Add(std::string key, const std::string& value) {
+    lines_.emplace_back(std::move(key), Printable(value));
   }
   std::string Render() const {
     size_t width = 0;
@@ -94,6 +99,39 @@ std::string Truncate(const std::string& s, size_t width) {
 }
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// The length of the UTF-8 sequence that starts at s[i] and its code point,
+// or 0 where s[i] starts no well-formed sequence (overlong forms and
+// surrogates included).
+size_t Utf8Sequence(absl::string_view s, size_t i, uint32_t* code_point) {
+  const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  const uint8_t lead = byte(i);
+  size_t n;
+  uint32_t cp;
+  if (lead < 0x80) {
+    *code_point = lead;
+    return 1;
+  } else if (lead >= 0xC2 && lead <= 0xDF) {
+    n = 2, cp = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    n = 3, cp = lead & 0x0F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    n = 4, cp = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3F);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+      (cp >= 0xD800 && cp <= 0xDFFF)) {
+    return 0;
+  }
+  *code_point = cp;
+  return n;
+}
 
 bool IsSet(const google::protobuf::Timestamp& t) {
   return t.seconds() != 0 || t.nanos() != 0;
@@ -254,6 +292,38 @@ std::string RenderStreamItem(const google::protobuf::Message& message,
     return absl::StrCat("---\n", xl::MessageToYaml(message));
   }
   return xl::MessageToJson(message, /*pretty=*/false) + "\n";
+}
+
+std::string Printable(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp = 0;
+    const size_t n = Utf8Sequence(text, i, &cp);
+    if (n == 0) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x",
+                                            static_cast<uint8_t>(text[i])));
+      ++i;
+      continue;
+    }
+    if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == 0x1B) {
+      out += "\\e";
+    } else if (cp < 0x20 || cp == 0x7F) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", cp));
+    } else if (cp >= 0x80 && cp <= 0x9F) {
+      absl::StrAppend(&out, absl::StrFormat("\\u%04x", cp));
+    } else {
+      out.append(text.data() + i, n);
+    }
+    i += n;
+  }
+  return out;
 }
 
 std::string JobStateName(xl::v1::JobState state) {
@@ -624,7 +694,9 @@ std::string EventLine(const xl::v1::JobEvent& event,
                                   JobStateName(event.from_state()), " -> ",
                                   JobStateName(event.to_state()), "  attempt ",
                                   event.attempt());
-  if (!event.reason().empty()) absl::StrAppend(&line, "  ", event.reason());
+  if (!event.reason().empty()) {
+    absl::StrAppend(&line, "  ", Printable(event.reason()));
+  }
   return line + "\n";
 }
 

@@ -45,6 +45,14 @@ std::string RenderMessage(const google::protobuf::Message& message,
 std::string RenderStreamItem(const google::protobuf::Message& message,
                              OutputFormat format);
 
+// `text` made safe to print on a terminal: C0 control characters (newline
+// included), DEL and the C1 controls U+0080..U+009F become visible escapes
+// (\n, \t, \r, \e, \xNN, \u009b) and bytes that are not UTF-8 become \xNN;
+// printable UTF-8 passes unchanged. Job names, arguments, environment
+// values and reasons come from other users: a table must never let them
+// move the cursor, retitle the window or write the clipboard (OSC 52).
+std::string Printable(absl::string_view text);
+
 // "PENDING", ..., or "-" for JOB_STATE_UNSPECIFIED.
 std::string JobStateName(xl::v1::JobState state);
 // "READY", "DRAINED", "LOST", or "-".

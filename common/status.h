@@ -29,7 +29,8 @@
 
 namespace xl {
 
-// Maps codes one to one; the message is kept.
+// Maps codes one to one; the message is kept, cut to 2 KiB (a status
+// message is a header, and gRPC refuses headers over 8 KiB).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 

@@ -203,15 +203,16 @@ absl::StatusOr<TokenInfo> TokenStore::VerifyUser(const std::string& token,
 }
 
 absl::StatusOr<TokenInfo> TokenStore::UseJoin(
-    const std::string& token, const std::string& node, absl::Time now,
+    const std::string& token, const std::string& node, bool name_is_default,
+    absl::Time now,
     const std::function<absl::Status(const TokenInfo&)>& before_spend) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(TokenInfo info, Verify(token, kJoinToken, now));
-  if (!info.user.empty() && info.user != node) {
+  if (!info.user.empty() && info.user != node && !name_is_default) {
     return absl::PermissionDeniedError(
         absl::StrCat("join token ", info.id, " is for node ", info.user,
                      ", not ", node, "; start the agent with --name ",
-                     info.user, " or ask an admin for a token for ", node));
+                     info.user, " (or without --name) or ask an admin for a token for ", node));
   }
   if (before_spend) RETURN_IF_ERROR(before_spend(info));
   // Spent only if still unspent: two joins racing on one token, one wins.

@@ -63,11 +63,13 @@ class TokenStore {
                                        absl::Time now);
   // Spends a valid join token for `node`: it cannot be used again.
   // UNAUTHENTICATED as for VerifyUser; PERMISSION_DENIED when the token is
-  // bound to another node. `before_spend` (when set) runs once the token is
+  // bound to another node, unless `name_is_default` (the agent was given no
+  // name: the token's node is its name; TokenInfo::user says which). `before_spend` (when set) runs once the token is
   // known good and before it is spent; its error is returned and leaves
   // the token unspent (a bad public key does not burn it).
   absl::StatusOr<TokenInfo> UseJoin(
-      const std::string& token, const std::string& node, absl::Time now,
+      const std::string& token, const std::string& node,
+      bool name_is_default, absl::Time now,
       const std::function<absl::Status(const TokenInfo&)>& before_spend =
           nullptr);
 

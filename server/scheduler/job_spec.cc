@@ -8,12 +8,49 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace xl::scheduler {
 namespace {
 
 absl::Status Bad(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// A value the caller sent, as an error message shows it: cut to 64 bytes
+// (the error is a header with a size limit, and a wall of text helps no
+// one) with bytes outside printable ASCII as \xNN, so a message is one
+// readable line whatever was sent.
+std::string Shown(const std::string& value) {
+  constexpr size_t kShown = 64;
+  std::string out;
+  for (size_t i = 0; i < value.size() && i < kShown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
+    }
+  }
+  if (value.size() > kShown) {
+    absl::StrAppend(&out, "... (", value.size(), " bytes)");
+  }
+  return out;
+}
+
+// The first C0 control character, DEL or C1 control (U+0080..U+009F) in
+// `s`, as its byte offset; npos if none.
+size_t FindControl(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7F) return i;
+    if (c == 0xC2 && i + 1 < s.size() &&
+        static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(s[i + 1]) <= 0x9F) {
+      return i;
+    }
+  }
+  return std::string::npos;
 }
 
 bool ValidEnvName(const std::string& s) {
@@ -74,7 +111,8 @@ absl::Status CheckTrainSpec(v1::JobSpec* spec) {
   }
   if (!t.device().empty() && t.device() != "cpu" && t.device() != "cuda") {
     return Bad("train.device",
-               absl::StrCat("'", t.device(), "' is not a device; use cpu or cuda"));
+               absl::StrCat("'", Shown(t.device()),
+                            "' is not a device; use cpu or cuda"));
   }
   if (t.device() == "cpu" &&
       (t.precision() == v1::BF16 || t.precision() == v1::FP16)) {
@@ -111,9 +149,18 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   if (spec->name().size() > 128) {
     return Bad("name", "longer than 128 characters; shorten it");
   }
+  // A name is a label in everyone's `xlctl list`: no control characters
+  // (a newline would print a fake row, an escape would drive the terminal).
+  if (size_t at = FindControl(spec->name()); at != std::string::npos) {
+    return Bad("name", absl::StrCat("has a control character (byte ", at,
+                                    ", \\x",
+                                    absl::StrFormat("%02x", static_cast<unsigned char>(
+                                                                spec->name()[at])),
+                                    "); use printable characters"));
+  }
   if (spec->queue().empty()) spec->set_queue("default");
   if (!ValidQueueName(spec->queue())) {
-    return Bad("queue", absl::StrCat("'", spec->queue(),
+    return Bad("queue", absl::StrCat("'", Shown(spec->queue()),
                                      "' is not a queue name; use 1-64 "
                                      "letters, digits, '-', '_' or '.'"));
   }
@@ -136,22 +183,22 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   }
   for (const auto& [key, value] : spec->env()) {
     if (!ValidEnvName(key)) {
-      return Bad(absl::StrCat("env.", key),
+      return Bad(absl::StrCat("env.", Shown(key)),
                  "is not a variable name; use letters, digits and '_', not "
                  "starting with a digit");
     }
     if (IsReservedEnv(key)) {
-      return Bad(absl::StrCat("env.", key),
+      return Bad(absl::StrCat("env.", Shown(key)),
                  "is set by xl for every rank; remove it from env");
     }
     if (value.find('\0') != std::string::npos) {
-      return Bad(absl::StrCat("env.", key), "contains a NUL byte");
+      return Bad(absl::StrCat("env.", Shown(key)), "contains a NUL byte");
     }
   }
   for (int i = 0; i < spec->secret_env_size(); ++i) {
     if (spec->env().count(spec->secret_env(i)) == 0) {
       return Bad(absl::StrCat("secret_env[", i, "]"),
-                 absl::StrCat("names '", spec->secret_env(i),
+                 absl::StrCat("names '", Shown(spec->secret_env(i)),
                               "', which is not in env; list only the names "
                               "of env entries whose values are secret"));
     }
@@ -211,9 +258,15 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   if (spec->working_dir().find('\0') != std::string::npos) {
     return Bad("working_dir", "contains a NUL byte");
   }
+  if (spec->working_dir().size() >= 4096) {
+    return Bad("working_dir",
+               absl::StrCat("is ", spec->working_dir().size(),
+                            " bytes, longer than a path may be (4095); "
+                            "give a shorter path"));
+  }
   if (!spec->working_dir().empty() && spec->working_dir()[0] != '/') {
     return Bad("working_dir",
-               absl::StrCat("'", spec->working_dir(),
+               absl::StrCat("'", Shown(spec->working_dir()),
                             "' is relative; give an absolute path"));
   }
   return absl::OkStatus();

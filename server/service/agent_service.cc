@@ -156,6 +156,12 @@ class AgentStreamReactor : public Reactor {
     } else {
       certified_node_ = who->name;
     }
+    if (!identity_.ok()) {
+      // Refused now, not at a first message that may never come: a caller
+      // without a node's certificate holds no stream open.
+      stream_->Finish(ToGrpcStatus(identity_));
+      return;
+    }
     StartRead(&in_);
   }
 
@@ -165,10 +171,6 @@ class AgentStreamReactor : public Reactor {
       return;
     }
     if (node_.empty()) {
-      if (!identity_.ok()) {
-        stream_->Finish(ToGrpcStatus(identity_));
-        return;
-      }
       if (!in_.has_register_()) {
         stream_->Finish(ToGrpcStatus(absl::InvalidArgumentError(
             "register: the first message of a session must be Register")));

@@ -149,18 +149,21 @@ grpc::ServerUnaryReactor* AuthServiceImpl::JoinNode(
   // is made before the token is spent, so a bad key does not burn it.
   std::string cert;
   auto spent = auth_->tokens()->UseJoin(
-      request->join_token(), request->node_name(), absl::Now(),
-      [&](const auth::TokenInfo& token) -> absl::Status {
-        if (token.user.empty() &&
-            controller_->GetNode(request->node_name()).ok()) {
+      request->join_token(), request->node_name(), request->name_is_default(),
+      absl::Now(), [&](const auth::TokenInfo& token) -> absl::Status {
+        // A token made for a node names it (an agent given no --name takes
+        // that name; one given another name was refused above).
+        const std::string& name =
+            token.user.empty() ? request->node_name() : token.user;
+        if (token.user.empty() && controller_->GetNode(name).ok()) {
           return absl::AlreadyExistsError(absl::StrCat(
-              "join: node ", request->node_name(),
+              "join: node ", name,
               " is already known; to give it a new certificate use a join "
-              "token made for it (xlctl token create --join --node ",
-              request->node_name(), "); this token was not spent"));
+              "token made for it (xlctl token create --join --node ", name,
+              "); this token was not spent"));
         }
         crypto::CertificateSubject subject;
-        subject.common_name = request->node_name();
+        subject.common_name = name;
         subject.client_auth = true;
         subject.validity = ca_.validity;
         auto made = crypto::IssueCertificate(subject, request->public_key_pem(),

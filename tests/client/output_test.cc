@@ -202,6 +202,42 @@ TEST(OutputTest, JobDetailsShowEveryFieldAndTheFullReason) {
   EXPECT_EQ(lines[0].find("42"), lines[1].find("ddp-demo")) << text;
 }
 
+TEST(OutputTest, PrintableEscapesTerminalControls) {
+  EXPECT_EQ(Printable("plain text, caf\xc3\xa9 \xf0\x9f\x98\x80"),
+            "plain text, caf\xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(Printable("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+  EXPECT_EQ(Printable("\x1b]52;c;dG91Y2g=\x07"), "\\e]52;c;dG91Y2g=\\x07");
+  EXPECT_EQ(Printable(std::string("nul\0del\x7f", 8)), "nul\\x00del\\x7f");
+  EXPECT_EQ(Printable("csi \xc2\x9b" "6n"), "csi \\u009b6n");  // C1 CSI
+  // Not UTF-8: a lone continuation byte, a cut sequence, an overlong form,
+  // a surrogate.
+  EXPECT_EQ(Printable("\x80 \xe2\x82 \xc0\xaf \xed\xa0\x80"),
+            "\\x80 \\xe2\\x82 \\xc0\\xaf \\xed\\xa0\\x80");
+}
+
+// Another user's job must not drive the terminal of whoever lists it: every
+// cell and value is escaped, and a newline cannot make a fake row.
+TEST(OutputTest, TablesAndDetailsEscapeWhatJobsCarry) {
+  v1::ListJobsResponse list;
+  v1::Job* job = list.add_jobs();
+  *job = RunningJob();
+  job->mutable_spec()->set_name("evil\n999  fake-job  root");
+  job->set_reason("\x1b[2J\x1b]0;owned\x07");
+  job->mutable_spec()->set_working_dir("/tmp/\x1b[31mred");
+  (*job->mutable_spec()->mutable_env())["HOSTILE"] = "\x1b]52;c;eA==\x07";
+  job->mutable_spec()->add_command("arg\x1b[1A");
+  for (const std::string& text :
+       {JobTable(list.jobs(), Utc()), JobDetails(*job, Utc())}) {
+    EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+    EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+    for (const std::string& line : Lines(text)) {
+      EXPECT_THAT(line, Not(StartsWith("999"))) << text;
+    }
+  }
+  EXPECT_THAT(JobDetails(*job, Utc()), HasSubstr("HOSTILE=\\e]52;c;eA==\\x07"));
+  EXPECT_EQ(Lines(JobTable(list.jobs(), Utc())).size(), 2u);
+}
+
 TEST(OutputTest, ShellJoinQuotesWhatNeedsIt) {
   v1::JobSpec spec;
   for (const char* arg : {"python3", "-c", "print('hi there')", ""}) {

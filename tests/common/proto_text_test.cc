@@ -80,6 +80,33 @@ TEST(ProtoTextTest, JsonNamesAreAcceptedToo) {
   EXPECT_EQ(spec.working_dir(), "42");
 }
 
+// What json.dumps writes is read as JSON: escapes YAML does not take
+// (surrogate pairs) and keys longer than YAML's 1024-character limit.
+TEST(ProtoTextTest, JsonDocumentsAreReadAsJson) {
+  v1::JobSpec spec;
+  const std::string key(1500, 'K');
+  ASSERT_TRUE(ParseYamlToMessage(
+                  "  {\"name\": \"smile \\ud83d\\ude00\", \"command\": "
+                  "[\"/bin/true\"], \"env\": {\"" + key + "\": \"v\"}}",
+                  "test", &spec)
+                  .ok());
+  EXPECT_EQ(spec.name(), "smile \xf0\x9f\x98\x80");
+  EXPECT_EQ(spec.env().at(key), "v");
+  // JSON that protobuf's parser refuses still gets YAML's conveniences.
+  v1::JobSpec seconds;
+  ASSERT_TRUE(ParseYamlToMessage(
+                  "{\"command\": [\"/bin/true\", 50], \"time_limit\": 600}",
+                  "test", &seconds)
+                  .ok());
+  EXPECT_EQ(seconds.time_limit().seconds(), 600);
+  EXPECT_THAT(seconds.command(), ElementsAre("/bin/true", "50"));
+  // And an error from either names the field.
+  v1::JobSpec bad;
+  absl::Status st =
+      ParseYamlToMessage("{\"comand\": [\"/bin/true\"]}", "test", &bad);
+  EXPECT_THAT(st.message(), HasSubstr("comand"));
+}
+
 TEST(ProtoTextTest, UnknownFieldIsAnErrorNamingIt) {
   v1::JobSpec spec;
   absl::Status status = ParseYamlToMessage("nodez: 2\n", "job.yaml", &spec);

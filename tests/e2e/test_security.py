@@ -1,8 +1,9 @@
 """Security end to end, with the real binaries on 127.0.0.1: the secure dev
 cluster (xl-scheduler --dev: TLS, node certificates, tokens), users who
 cannot touch each other's jobs, tokens that expire and are revoked, xlctl
-login, an agent joining with a single-use join token, and a scheduler that
-refuses to serve a non-loopback address without TLS."""
+login, an agent joining with a single-use join token, a scheduler that
+refuses to serve a non-loopback address without TLS, and the README's
+openssl recipe for a multi-host cluster run as written."""
 
 import json
 import os
@@ -10,6 +11,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -234,6 +236,137 @@ class SecureByDefault(unittest.TestCase):
                 out, _ = p.communicate(timeout=20)
             self.assertIn("WARNING", out)
         finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+
+
+def readme_recipe():
+    """The first sh block under the README's "Credentials for a multi-host
+    cluster" heading, as a new operator would paste it."""
+    with open(README) as f:
+        text = f.read()
+    section = text[text.index("### Credentials for a multi-host cluster"):]
+    block = section[section.index("```sh\n") + 6:]
+    return block[:block.index("```")]
+
+
+class OperatorRecipe(unittest.TestCase):
+    """Credentials made by the README's openssl commands run a TLS cluster:
+    the scheduler's certificate verifies for its DNS name and its IP, a
+    node's certificate names its node, a join token works with that CA, and
+    a first admin token made offline logs in."""
+
+    def test_the_readme_recipe_makes_a_working_cluster(self):
+        tmp = tempfile.mkdtemp(prefix="xl-e2e-recipe-")
+        procs = []
+        try:
+            recipe = readme_recipe()
+            lines = recipe.split("\n")
+            self.assertTrue(lines[0].startswith("SCHED_DNS="), lines[0])
+            lines[0] = 'SCHED_DNS=localhost SCHED_IP=127.0.0.1 NODES="gpu-001 gpu-002"'
+            r = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], cwd=tmp,
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            for name in ("ca", "server", "gpu-001", "gpu-002"):
+                self.assertTrue(os.path.exists(os.path.join(tmp, f"{name}.crt")), name)
+                if name != "ca":
+                    mode = stat.S_IMODE(os.stat(os.path.join(tmp, f"{name}.key")).st_mode)
+                    self.assertEqual(mode, 0o600, name)
+
+            db = os.path.join(tmp, "xl.db")
+            r = subprocess.run([SCHEDULER, "token", "create", "--db", db, "--user", "alice",
+                                "--admin", "--ttl", "1h"], capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            alice = r.stdout.strip()
+            port_file = os.path.join(tmp, "port")
+
+            def spawn(argv, name):
+                with open(os.path.join(tmp, f"{name}.log"), "ab") as out:
+                    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp,
+                                         start_new_session=True)
+                procs.append(p)
+                return p
+
+            f = lambda name: os.path.join(tmp, name)
+            spawn([SCHEDULER, "--listen", "127.0.0.1:0", "--port-file", port_file, "--db", db,
+                   "--tls-cert", f("server.crt"), "--tls-key", f("server.key"),
+                   "--tls-ca", f("ca.crt"), "--ca-cert", f("ca.crt"), "--ca-key", f("ca.key"),
+                   "--heartbeat-interval", "0.2"], "scheduler")
+            def read_port():
+                if not os.path.exists(port_file):
+                    return None
+                with open(port_file) as p:
+                    return p.read().strip()
+            port = wait_until("the scheduler's port file", read_port, 30)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("XL_")}
+            env.update(XDG_CONFIG_HOME=f("config"))
+
+            def xlctl(*args, server="localhost", stdin=None, extra=None):
+                e = dict(env, XL_SERVER=f"{server}:{port}", **(extra or {}))
+                return subprocess.run([XLCTL, *args], capture_output=True, text=True, env=e,
+                                      timeout=60, cwd=tmp, input=stdin)
+
+            # The user logs in by the scheduler's DNS name, with the CA.
+            r = xlctl("login", "--tls-ca", f("ca.crt"), stdin=alice + "\n")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = xlctl("whoami", server="127.0.0.1")  # the IP in the certificate works too
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("alice", r.stdout)
+
+            def agent(name, *cred):
+                work = f(f"work-{name}")
+                os.makedirs(work, exist_ok=True)
+                with open(f(f"{name}.yaml"), "w") as out:
+                    out.write(inventory_yaml(f"host-of-{name}", gpus=0, scratch=f("scratch")))
+                return spawn([AGENT, "--scheduler", f"localhost:{port}", "--tls-ca", f("ca.crt"),
+                              *cred, "--work-dir", work, "--inventory", f(f"{name}.yaml"),
+                              "--heartbeat-interval-ms", "200", "--run-as", "agent",
+                              "--allow-root-jobs"], name)
+
+            # A node with its operator-issued certificate: named by it.
+            agent("gpu-001", "--tls-cert", f("gpu-001.crt"), "--tls-key", f("gpu-001.key"))
+            # A node that joins with a token, signed by the same CA.
+            r = xlctl("token", "create", "--join", "--node", "gpu-003")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            agent("gpu-003", "--join-token", r.stdout.strip())
+
+            def ready():
+                r = xlctl("nodes", "-o", "json")
+                nodes = json.loads(r.stdout or "{}").get("nodes", [])
+                return sorted(n["name"] for n in nodes if n.get("state") == "READY")
+            wait_until("gpu-001 and gpu-003 READY", lambda: ready() == ["gpu-001", "gpu-003"], 40)
+
+            r = xlctl("submit", "--nodes", "2", "--", "/bin/sh", "-c", "echo rank $RANK ok")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job = r.stdout.strip()
+            r = xlctl("wait", job, "--timeout", "60s")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            logs = xlctl("logs", job).stdout
+            self.assertIn("rank 0 ok", logs)
+            self.assertIn("rank 1 ok", logs)
+
+            # Without the CA the server's certificate is not trusted.
+            r = xlctl("nodes", extra={"XDG_CONFIG_HOME": f("empty-config"), "XL_TOKEN": alice})
+            self.assertNotEqual(r.returncode, 0)
+        except AssertionError:
+            for name in sorted(os.listdir(tmp)):
+                if name.endswith(".log"):
+                    with open(os.path.join(tmp, name), errors="replace") as out:
+                        print(f"--- {name}\n{out.read()[-3000:]}", file=sys.stderr)
+            raise
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(timeout=5)
             shutil.rmtree(tmp, ignore_errors=True)
 
 

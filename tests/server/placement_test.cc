@@ -738,15 +738,43 @@ TEST(JobSpecTest, ErrorsNameTheField) {
   check([](v1::JobSpec* s) { s->mutable_time_limit()->set_seconds(-5); },
         "time_limit");
   check([](v1::JobSpec* s) { s->set_working_dir("rel/dir"); }, "working_dir");
+  check([](v1::JobSpec* s) { s->set_name("a\nb"); }, "name");
+  check([](v1::JobSpec* s) { s->set_name("title\x1b]0;x\x07"); }, "name");
+  check([](v1::JobSpec* s) { s->set_name("csi \xc2\x9b"); }, "name");
+  check([](v1::JobSpec* s) { s->set_working_dir("/" + std::string(5000, 'a')); },
+        "working_dir");
 
   v1::JobSpec ok;
   ok.add_command("/bin/true");
+  ok.set_name("smile \xf0\x9f\x98\x80 caf\xc3\xa9");  // UTF-8 is fine
   ok.mutable_resources()->set_gpus_per_node(4);
   ASSERT_TRUE(ValidateJobSpec(&ok).ok());
   EXPECT_EQ(ok.queue(), "default");
   EXPECT_EQ(ok.resources().nodes(), 1);
   EXPECT_EQ(ok.resources().ranks_per_node(), 4);
   EXPECT_EQ(ok.grace_period().seconds(), 10);
+}
+
+// An error echoes a bad value cut short and escaped: one readable line of
+// bounded size, whatever the caller sent.
+TEST(JobSpecTest, ErrorsShowLongOrBinaryValuesCutAndEscaped) {
+  v1::JobSpec spec;
+  spec.add_command("/bin/true");
+  spec.set_working_dir(std::string(4000, 'A'));  // relative
+  absl::Status st = ValidateJobSpec(&spec);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(st.message().size(), 300u) << st.message();
+  EXPECT_NE(st.message().find("(4000 bytes)"), std::string::npos)
+      << st.message();
+
+  v1::JobSpec env;
+  env.add_command("/bin/true");
+  (*env.mutable_env())["\x1b[2J-" + std::string(3000, 'B')] = "v";
+  st = ValidateJobSpec(&env);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("env.\\x1b[2J-BBB", 0), 0u) << st.message();
+  EXPECT_LT(st.message().size(), 300u);
+  EXPECT_EQ(st.message().find('\x1b'), std::string::npos);
 }
 
 }  // namespace
