@@ -90,6 +90,17 @@ absl::StatusOr<xl::v1::JobSpec> BuildJobSpec(const std::string& path,
   xl::v1::JobSpec spec;
   if (!path.empty()) {
     ASSIGN_OR_RETURN(spec, LoadJobFile(path));
+    if (!spec.working_dir().empty() && spec.working_dir()[0] != '/') {
+      // Relative to the job file, as paths in a compose file are: the file
+      // and its directory travel together.
+      std::error_code ec;
+      auto dir = std::filesystem::absolute(
+          std::filesystem::path(path).parent_path() / spec.working_dir(), ec);
+      if (ec) {
+        return UsageError(absl::StrCat(path, ": working_dir: ", ec.message()));
+      }
+      spec.set_working_dir(dir.lexically_normal().string());
+    }
   }
   RETURN_IF_ERROR(ApplyOverrides(overrides, &spec));
   if (spec.working_dir().empty()) {

@@ -244,6 +244,123 @@ void JsonValueToYaml(const YAML::Node& node, YAML::Emitter* out) {
 
 namespace {
 
+// A strict RFC 8259 syntax check: quoted keys, the standard escapes only,
+// no trailing commas or content, nesting at most 100 deep. Protobuf's JSON
+// parser is more lenient (unquoted keys, unknown escapes): a YAML flow
+// mapping like {name: "a\x01"} would pass it with another meaning, so only
+// what this accepts is read as JSON.
+class StrictJson {
+ public:
+  static bool Valid(absl::string_view text) {
+    StrictJson p(text);
+    return p.Value(0) && (p.Space(), p.i_ == text.size());
+  }
+
+ private:
+  explicit StrictJson(absl::string_view text) : s_(text) {}
+
+  void Space() {
+    while (i_ < s_.size() &&
+           (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) {
+      ++i_;
+    }
+  }
+  bool Eat(char c) {
+    Space();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool Literal(absl::string_view word) {
+    if (s_.substr(i_, word.size()) != word) return false;
+    i_ += word.size();
+    return true;
+  }
+  bool Digits() {
+    const size_t start = i_;
+    while (i_ < s_.size() && absl::ascii_isdigit(s_[i_])) ++i_;
+    return i_ > start;
+  }
+  bool Number() {
+    if (i_ < s_.size() && s_[i_] == '-') ++i_;
+    if (i_ < s_.size() && s_[i_] == '0') {
+      ++i_;
+    } else if (!Digits()) {
+      return false;
+    }
+    if (i_ < s_.size() && s_[i_] == '.') {
+      ++i_;
+      if (!Digits()) return false;
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (!Digits()) return false;
+    }
+    return true;
+  }
+  bool String() {
+    if (i_ >= s_.size() || s_[i_] != '"') return false;
+    for (++i_; i_ < s_.size(); ++i_) {
+      const unsigned char c = static_cast<unsigned char>(s_[i_]);
+      if (c == '"') {
+        ++i_;
+        return true;
+      }
+      if (c < 0x20) return false;
+      if (c != '\\') continue;
+      if (++i_ >= s_.size()) return false;
+      const char e = s_[i_];
+      if (e == 'u') {
+        for (int k = 0; k < 4; ++k) {
+          if (++i_ >= s_.size() || !absl::ascii_isxdigit(s_[i_])) return false;
+        }
+      } else if (absl::string_view("\"\\/bfnrt").find(e) ==
+                 absl::string_view::npos) {
+        return false;
+      }
+    }
+    return false;
+  }
+  bool Value(int depth) {
+    if (depth > 100) return false;
+    Space();
+    if (i_ >= s_.size()) return false;
+    switch (s_[i_]) {
+      case '{':
+        ++i_;
+        if (Eat('}')) return true;
+        do {
+          Space();
+          if (!String() || !Eat(':') || !Value(depth + 1)) return false;
+        } while (Eat(','));
+        return Eat('}');
+      case '[':
+        ++i_;
+        if (Eat(']')) return true;
+        do {
+          if (!Value(depth + 1)) return false;
+        } while (Eat(','));
+        return Eat(']');
+      case '"':
+        return String();
+      case 't':
+        return Literal("true");
+      case 'f':
+        return Literal("false");
+      case 'n':
+        return Literal("null");
+      default:
+        return Number();
+    }
+  }
+
+  absl::string_view s_;
+  size_t i_ = 0;
+};
+
 absl::StatusOr<YAML::Node> LoadYamlMapping(absl::string_view yaml) {
   YAML::Node root;
   try {
@@ -282,12 +399,13 @@ absl::StatusOr<std::string> YamlToJson(
 
 absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
                                 google::protobuf::Message* message) {
-  // A JSON document is read as JSON first: YAML takes most JSON but not all
-  // of it (yaml-cpp rejects surrogate-pair escapes like \ud83d\ude00 and
-  // keys of 1024 characters or more). Where protobuf's JSON parser refuses
+  // A strictly valid JSON document is read as JSON first: YAML takes most
+  // JSON but not all of it (yaml-cpp rejects surrogate-pair escapes like
+  // \ud83d\ude00 and keys of 1024 characters or more). Where protobuf's JSON parser refuses
   // it (a plain number for a Duration, say), the YAML path below, with its
   // conveniences and its errors, decides.
-  if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(yaml), "{")) {
+  if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(yaml), "{") &&
+      StrictJson::Valid(yaml)) {
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = false;
     std::unique_ptr<google::protobuf::Message> parsed(message->New());

@@ -259,6 +259,11 @@ int main(int argc, char** argv) {
     while (static_cast<int>(channels.size()) <= c) {
       grpc::ChannelArguments args;
       args.SetInt("xl.bench.channel", static_cast<int>(channels.size()));
+      // A reader that never reads holds what its window lets in: keep the
+      // window at HTTP/2's 64 KiB (no BDP growth), or 10,000 slow readers
+      // fill this process's memory (2 MiB each), not the scheduler's.
+      args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 65535);
       channels.push_back(grpc::CreateCustomChannel(
           target, grpc::InsecureChannelCredentials(), args));
     }

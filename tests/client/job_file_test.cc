@@ -127,6 +127,18 @@ TEST(JobFileTest, UnsetOverridesKeepTheFile) {
   EXPECT_EQ(spec->time_limit().seconds(), 600);
 }
 
+// A relative working_dir in a file is the file's: the job runs the same
+// wherever xlctl is started.
+TEST(JobFileTest, RelativeWorkingDirIsRelativeToTheFile) {
+  const std::string path = WriteFile(
+      "rel.yaml", "command: [/bin/true]\nworking_dir: ../exp/./run1\n");
+  auto spec = BuildJobSpec(path, JobOverrides());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string dir = ::testing::TempDir();
+  const std::string parent = dir.substr(0, dir.find_last_of('/', dir.size() - 2));
+  EXPECT_EQ(spec->working_dir(), parent + "/exp/run1");
+}
+
 TEST(JobFileTest, CommandAfterDashesWithoutFile) {
   JobOverrides o;
   o.nodes = 2;

@@ -100,6 +100,14 @@ TEST(ProtoTextTest, JsonDocumentsAreReadAsJson) {
                   .ok());
   EXPECT_EQ(seconds.time_limit().seconds(), 600);
   EXPECT_THAT(seconds.command(), ElementsAre("/bin/true", "50"));
+  // A YAML flow mapping is no JSON: unquoted keys and YAML's escapes keep
+  // their YAML meaning (protobuf's lenient JSON parser would read "\x01"
+  // as "x01").
+  v1::JobSpec flow;
+  ASSERT_TRUE(ParseYamlToMessage("{name: \"a\\x01b\", command: [/bin/true]}",
+                                 "test", &flow)
+                  .ok());
+  EXPECT_EQ(flow.name(), "a\x01" "b");
   // And an error from either names the field.
   v1::JobSpec bad;
   absl::Status st =

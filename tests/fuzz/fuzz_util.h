@@ -14,9 +14,20 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "absl/strings/string_view.h"
 
 namespace xl::fuzz {
+
+// Protobuf logs every string field with invalid UTF-8 it parses: millions of
+// lines in a campaign, most of its time. Silenced in every harness (its
+// FATAL still aborts).
+inline const bool kQuietProtobuf = [] {
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
+  return true;
+}();
 
 // A directory of this process's own, removed at exit.
 inline const std::string& TempDir() {
