@@ -6,7 +6,8 @@ files and through gRPC, run by real xl-agent processes (--run-as agent
 names the field (and stores nothing), or runs with the value taken
 literally: argv reaches the program byte for byte (it is never given to a
 shell), env values and keys arrive as given, the rank starts in exactly the
-working_dir given. Every payload that a shell would act on touches its own
+working_dir given (a relative one in a job file is the file's directory
+joined with it, normalized, as xlctl documents). Every payload that a shell would act on touches its own
 file under a sentinel directory; at the end no such file (nor any other
 stray file) exists, and the scheduler and agents are alive and READY.
 
@@ -467,8 +468,14 @@ class Injection(unittest.TestCase):
         if spec.get("name", "") != unit.spec.get("name", ""):
             problems.append(f"stored name {short(spec.get('name', ''))} is not the one submitted")
         wd = unit.spec.get("working_dir", "")
-        if wd and spec.get("working_dir") != wd:
-            problems.append(f"stored working_dir {short(spec.get('working_dir'))} is not the one submitted")
+        stored = spec.get("working_dir", "")
+        if wd and not wd.startswith("/"):
+            # Relative in a job file: xlctl joins it to the file's directory.
+            want_wd = os.path.normpath(os.path.join(self.jobfiles, wd))
+            if not stored.startswith("/") or os.path.normpath(stored) != want_wd:
+                problems.append(f"stored working_dir {short(stored)} is not {short(want_wd)}")
+        elif wd and stored != wd:
+            problems.append(f"stored working_dir {short(stored)} is not the one submitted")
         state, reason = job.get("state"), job.get("reason", "")
         if unit.field == "name":
             if state != "SUCCEEDED":
