@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -86,7 +88,13 @@ absl::StatusOr<NodeCredentials> LoadNodeCredentials(const NodeTlsOptions& o) {
             "(from 'xl-scheduler token create --join'); none was found in ",
             dir));
       }
-      mkdir(dir.c_str(), 0700);
+      // The key's directory is the agent's alone, whatever was there.
+      if ((mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) ||
+          chmod(dir.c_str(), 0700) != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot make ", dir, " (mode 0700) for the node's key: ",
+            strerror(errno), "; check --work-dir"));
+      }
       RETURN_IF_ERROR(Join(o, ca_pem, cert_path, key_path));
     }
   }

@@ -42,7 +42,7 @@ absl::Status Commands::WhoAmI() {
              "who it says it is\n";
   }
   if (!response.warning().empty()) {
-    *err_ << "xlctl: WARNING: " << response.warning() << "\n";
+    *err_ << "xlctl: WARNING: " << Printable(response.warning()) << "\n";
   }
   return absl::OkStatus();
 }

@@ -272,7 +272,8 @@ void Commands::PrintTopFrame(
   if (jobs.ok()) {
     *out_ << TopTable(jobs->jobs(), context);
   } else {
-    *out_ << "xlctl: " << jobs.status().message() << " (trying again in "
+    *out_ << "xlctl: " << Printable(jobs.status().message())
+          << " (trying again in "
           << xl::HumanDuration(options.interval) << ")\n";
   }
   out_->flush();
@@ -457,7 +458,9 @@ absl::Status Commands::FinishWait(const xl::v1::Job& job) {
       absl::StrCat("job ", job.id(), " ended ", JobStateName(job.state()));
   if (job.exit_code() != 0)
     absl::StrAppend(&text, " (exit code ", job.exit_code(), ")");
-  if (!job.reason().empty()) absl::StrAppend(&text, ": ", job.reason());
+  if (!job.reason().empty()) {
+    absl::StrAppend(&text, ": ", Printable(job.reason()));
+  }
   absl::StrAppend(&text, "; see its events with 'xlctl watch ", job.id(),
                   "' and its output with 'xlctl logs ", job.id(), "'");
   return WithExitCode(absl::AbortedError(text), kExitFailed);
@@ -546,7 +549,8 @@ absl::Status Commands::Nodes() {
   *out_ << (format_ == OutputFormat::kTable ? NodeTable(response.nodes())
                                             : RenderMessage(response, format_));
   if (!response.security_warning().empty()) {
-    *err_ << "xlctl: WARNING: " << response.security_warning() << "\n";
+    *err_ << "xlctl: WARNING: " << Printable(response.security_warning())
+          << "\n";
   }
   return absl::OkStatus();
 }
@@ -556,7 +560,7 @@ void Commands::PrintNode(const xl::v1::Node& node, const char* verb) {
     *out_ << RenderMessage(node, format_);
     return;
   }
-  *out_ << "node " << node.name() << " " << verb << "; state "
+  *out_ << "node " << Printable(node.name()) << " " << verb << "; state "
         << NodeStateName(node.state());
   if (!node.state_reason().empty()) {
     *out_ << " (" << Printable(node.state_reason()) << ")";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -91,11 +92,15 @@ class KeyValueBlock {
 };
 
 std::string Truncate(const std::string& s, size_t width) {
-  // A reason may span lines; a table row must not.
+  // A reason may span lines; a table row must not. Escaped first, so the
+  // cut counts what is printed, and never inside a UTF-8 sequence.
   std::string one_line = s;
   std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+  one_line = Printable(one_line);
   if (one_line.size() <= width) return one_line;
-  return one_line.substr(0, width - 3) + "...";
+  size_t cut = width - 3;
+  while (cut > 0 && (static_cast<uint8_t>(one_line[cut]) & 0xC0) == 0x80) --cut;
+  return one_line.substr(0, cut) + "...";
 }
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
@@ -316,7 +321,12 @@ std::string Printable(absl::string_view text) {
       out += "\\e";
     } else if (cp < 0x20 || cp == 0x7F) {
       absl::StrAppend(&out, absl::StrFormat("\\x%02x", cp));
-    } else if (cp >= 0x80 && cp <= 0x9F) {
+    } else if ((cp >= 0x80 && cp <= 0x9F) || (cp >= 0x200B && cp <= 0x200F) ||
+               (cp >= 0x2028 && cp <= 0x202E) ||
+               (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF) {
+      // C1 controls; and what reorders or hides text (bidi overrides and
+      // isolates, zero-width characters, line separators): a name must not
+      // make a row read as something else.
       absl::StrAppend(&out, absl::StrFormat("\\u%04x", cp));
     } else {
       out.append(text.data() + i, n);

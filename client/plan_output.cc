@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/output.h"
 
 namespace xl::client {
 namespace {
@@ -123,7 +124,9 @@ std::string PlanText(const v1::Plan& plan, const std::string& source) {
   const v1::MemoryBreakdown& mem = plan.memory_per_gpu();
   std::string out;
   absl::StrAppend(&out, "Plan for:      ", Inputs(plan), "\n");
-  absl::StrAppend(&out, "GPU model:     ", plan.gpu_model(), " (GPUs from ",
+  // Model names and notes come from agents' inventories: escaped.
+  absl::StrAppend(&out, "GPU model:     ", Printable(plan.gpu_model()),
+                  " (GPUs from ",
                   source, ")\n");
 
   // Whole-model states = the per-GPU states at Nd = t = p = 1; recover them
@@ -215,10 +218,10 @@ std::string PlanText(const v1::Plan& plan, const std::string& source) {
        "NOTE"}};
   for (const v1::GpuFit& g : plan.gpus_that_fit()) {
     fits.push_back(
-        {g.model(), g.memory_bytes() ? GiB(g.memory_bytes()) : "-",
+        {Printable(g.model()), g.memory_bytes() ? GiB(g.memory_bytes()) : "-",
          g.peak_tflops() > 0 ? absl::StrFormat("%g", g.peak_tflops()) : "-",
          g.fits() ? "yes" : "no", absl::StrCat(g.max_micro_batch()),
-         absl::StrCat(g.in_fleet()), g.note()});
+         absl::StrCat(g.in_fleet()), Printable(g.note())});
   }
   absl::StrAppend(&out,
                   Table(fits, {false, true, true, false, true, true}, "  "));
@@ -226,7 +229,7 @@ std::string PlanText(const v1::Plan& plan, const std::string& source) {
   if (plan.warnings_size() > 0) {
     absl::StrAppend(&out, "\nWarnings:\n");
     for (const std::string& w : plan.warnings()) {
-      absl::StrAppend(&out, "  - ", w, "\n");
+      absl::StrAppend(&out, "  - ", Printable(w), "\n");
     }
   }
   absl::StrAppend(&out, "\nArithmetic (GB = 1e9 bytes, GiB = 2^30):\n");

@@ -325,7 +325,7 @@ class StrictJson {
     return false;
   }
   bool Value(int depth) {
-    if (depth > 100) return false;
+    if (depth >= 100) return false;
     Space();
     if (i_ >= s_.size()) return false;
     switch (s_[i_]) {
@@ -360,6 +360,16 @@ class StrictJson {
   absl::string_view s_;
   size_t i_ = 0;
 };
+
+// Whether yaml-cpp can read the document at all (its meaning aside).
+bool YamlSyntaxOk(absl::string_view yaml) {
+  try {
+    (void)YAML::Load(std::string(yaml));
+    return true;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
 
 absl::StatusOr<YAML::Node> LoadYamlMapping(absl::string_view yaml) {
   YAML::Node root;
@@ -399,13 +409,15 @@ absl::StatusOr<std::string> YamlToJson(
 
 absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
                                 google::protobuf::Message* message) {
-  // A strictly valid JSON document is read as JSON first: YAML takes most
-  // JSON but not all of it (yaml-cpp rejects surrogate-pair escapes like
-  // \ud83d\ude00 and keys of 1024 characters or more). Where protobuf's JSON parser refuses
-  // it (a plain number for a Duration, say), the YAML path below, with its
-  // conveniences and its errors, decides.
-  if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(yaml), "{") &&
-      StrictJson::Valid(yaml)) {
+  auto json = YamlToJson(yaml, message->GetDescriptor());
+  if (!json.ok() &&
+      absl::StartsWith(absl::StripLeadingAsciiWhitespace(yaml), "{") &&
+      !YamlSyntaxOk(yaml) && StrictJson::Valid(yaml)) {
+    // YAML takes most JSON but not all of it: yaml-cpp cannot read
+    // surrogate-pair escapes like \ud83d\ude00 or keys of 1024 characters
+    // or more. A strictly valid JSON document it cannot read is read by
+    // protobuf's JSON parser; every document YAML reads keeps the YAML
+    // path's checks (a list where a list belongs, say) and errors.
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = false;
     std::unique_ptr<google::protobuf::Message> parsed(message->New());
@@ -417,7 +429,6 @@ absl::Status ParseYamlToMessage(absl::string_view yaml, absl::string_view what,
       return absl::OkStatus();
     }
   }
-  auto json = YamlToJson(yaml, message->GetDescriptor());
   if (!json.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", json.status().message()));

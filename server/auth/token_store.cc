@@ -205,34 +205,51 @@ absl::StatusOr<TokenInfo> TokenStore::VerifyUser(const std::string& token,
 absl::StatusOr<TokenInfo> TokenStore::UseJoin(
     const std::string& token, const std::string& node, bool name_is_default,
     absl::Time now,
-    const std::function<absl::Status(const TokenInfo&)>& before_spend) {
+    const std::function<absl::Status(const TokenInfo&, const std::string&)>&
+        before_spend) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(TokenInfo info, Verify(token, kJoinToken, now));
   if (!info.user.empty() && info.user != node && !name_is_default) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("join token ", info.id, " is for node ", info.user,
-                     ", not ", node, "; start the agent with --name ",
-                     info.user, " (or without --name) or ask an admin for a token for ", node));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "join token ", info.id, " is for node ", info.user, ", not ", node,
+        "; start the agent with --name ", info.user,
+        " (or without --name) or ask an admin for a token for ", node));
   }
-  if (before_spend) RETURN_IF_ERROR(before_spend(info));
+  // The name the certificate will carry: the token's node, if it has one.
+  const std::string name = info.user.empty() ? node : info.user;
+  if (info.user.empty()) {
+    // One unbound token, one new name: a second unbound join for a name
+    // already issued (even before that node registers) would put two
+    // certificates, and two machines, behind one node.
+    for (const auto& [id, entry] : tokens_) {
+      if (entry.info.kind == kJoinToken && entry.info.used_by == name) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "join: a certificate for node ", name, " was issued with join "
+            "token ", id, "; to give the node a new one use a join token made "
+            "for it (xlctl token create --join --node ", name,
+            "); this token was not spent"));
+      }
+    }
+  }
+  if (before_spend) RETURN_IF_ERROR(before_spend(info, name));
   // Spent only if still unspent: two joins racing on one token, one wins.
   ASSIGN_OR_RETURN(auto st, db_->Prepare("UPDATE tokens SET revoked = ?, "
                                          "used_by = ? WHERE id = ? AND "
                                          "revoked = 0"));
   const int64_t when = std::max<int64_t>(ToUnix(now), 1);
   st->BindInt(1, when);
-  st->BindText(2, node);
+  st->BindText(2, name);
   st->BindText(3, info.id);
   RETURN_IF_ERROR(st->Run());
   if (db_->Changes() != 1) {
     return Unauthenticated(absl::StrCat(
         "join token ", info.id,
         " was already used; ask an admin for a new one (xlctl token create "
-        "--join --node ", node, ")"));
+        "--join --node ", name, ")"));
   }
   TokenInfo& spent = tokens_[info.id].info;
   spent.revoked = absl::FromUnixSeconds(when);
-  spent.used_by = node;
+  spent.used_by = name;
   return spent;
 }
 

@@ -64,14 +64,18 @@ class TokenStore {
   // Spends a valid join token for `node`: it cannot be used again.
   // UNAUTHENTICATED as for VerifyUser; PERMISSION_DENIED when the token is
   // bound to another node, unless `name_is_default` (the agent was given no
-  // name: the token's node is its name; TokenInfo::user says which). `before_spend` (when set) runs once the token is
+  // name: the token's node is its name); ALREADY_EXISTS when the token is
+  // unbound and another join token was spent for that name. The name the
+  // node gets (the token's node, else `node`) is what `before_spend` sees
+  // and what used_by records. `before_spend` (when set) runs once the token is
   // known good and before it is spent; its error is returned and leaves
   // the token unspent (a bad public key does not burn it).
   absl::StatusOr<TokenInfo> UseJoin(
       const std::string& token, const std::string& node,
       bool name_is_default, absl::Time now,
-      const std::function<absl::Status(const TokenInfo&)>& before_spend =
-          nullptr);
+      const std::function<absl::Status(const TokenInfo&,
+                                        const std::string& name)>&
+          before_spend = nullptr);
 
  private:
   struct Entry {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
 #include "common/status.h"
+#include "common/text.h"
 #include "server/control/controller.h"
 
 namespace xl::control {
@@ -48,6 +49,14 @@ absl::StatusOr<std::string> Controller::AgentRegister(
         "register.name: empty and the inventory has no hostname; start "
         "xl-agent with --name");
   }
+  // Names, models and labels end up in everyone's `xlctl nodes` and plans.
+  if (FindControlCharacter(name) != std::string::npos || name.size() > 253) {
+    return absl::InvalidArgumentError(
+        "register.name: a node name is at most 253 printable characters; "
+        "start xl-agent with another --name");
+  }
+  RETURN_IF_ERROR(
+      CheckNoControlCharacters(reg.inventory(), "register.inventory"));
   std::set<int> indices;
   for (int i = 0; i < reg.inventory().gpus_size(); ++i) {
     if (!indices.insert(reg.inventory().gpus(i).index()).second) {

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/text.h"
 
 namespace xl::scheduler {
 namespace {
@@ -36,21 +37,6 @@ std::string Shown(const std::string& value) {
     absl::StrAppend(&out, "... (", value.size(), " bytes)");
   }
   return out;
-}
-
-// The first C0 control character, DEL or C1 control (U+0080..U+009F) in
-// `s`, as its byte offset; npos if none.
-size_t FindControl(const std::string& s) {
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F) return i;
-    if (c == 0xC2 && i + 1 < s.size() &&
-        static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
-        static_cast<unsigned char>(s[i + 1]) <= 0x9F) {
-      return i;
-    }
-  }
-  return std::string::npos;
 }
 
 bool ValidEnvName(const std::string& s) {
@@ -151,7 +137,7 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   }
   // A name is a label in everyone's `xlctl list`: no control characters
   // (a newline would print a fake row, an escape would drive the terminal).
-  if (size_t at = FindControl(spec->name()); at != std::string::npos) {
+  if (size_t at = FindControlCharacter(spec->name()); at != std::string::npos) {
     return Bad("name", absl::StrCat("has a control character (byte ", at,
                                     ", \\x",
                                     absl::StrFormat("%02x", static_cast<unsigned char>(

@@ -214,7 +214,7 @@ class AgentStreamReactor : public Reactor {
  private:
   Controller* const controller_;
   const bool auth_enabled_;
-  // The caller's identity: an error ends the session at its first message.
+  // The caller's identity; an error ended the session at once.
   absl::Status identity_;
   std::string certified_node_;
   std::shared_ptr<AgentStream> stream_;

@@ -136,9 +136,6 @@ grpc::ServerUnaryReactor* AuthServiceImpl::JoinNode(
         "--ca-cert and --ca-key (and TLS), or give the agent a certificate "
         "an operator issued"));
   }
-  absl::Status st =
-      auth::ValidatePrincipalName(request->node_name(), "node_name");
-  if (!st.ok()) return finish(st);
   if (request->public_key_pem().empty() ||
       request->public_key_pem().size() > 16384) {
     return finish(absl::InvalidArgumentError(
@@ -150,11 +147,11 @@ grpc::ServerUnaryReactor* AuthServiceImpl::JoinNode(
   std::string cert;
   auto spent = auth_->tokens()->UseJoin(
       request->join_token(), request->node_name(), request->name_is_default(),
-      absl::Now(), [&](const auth::TokenInfo& token) -> absl::Status {
-        // A token made for a node names it (an agent given no --name takes
-        // that name; one given another name was refused above).
-        const std::string& name =
-            token.user.empty() ? request->node_name() : token.user;
+      absl::Now(),
+      [&](const auth::TokenInfo& token,
+          const std::string& name) -> absl::Status {
+        // `name`: the token's node, else the one the agent asked for.
+        RETURN_IF_ERROR(auth::ValidatePrincipalName(name, "node_name"));
         if (token.user.empty() && controller_->GetNode(name).ok()) {
           return absl::AlreadyExistsError(absl::StrCat(
               "join: node ", name,

@@ -209,6 +209,12 @@ TEST(OutputTest, PrintableEscapesTerminalControls) {
   EXPECT_EQ(Printable("\x1b]52;c;dG91Y2g=\x07"), "\\e]52;c;dG91Y2g=\\x07");
   EXPECT_EQ(Printable(std::string("nul\0del\x7f", 8)), "nul\\x00del\\x7f");
   EXPECT_EQ(Printable("csi \xc2\x9b" "6n"), "csi \\u009b6n");  // C1 CSI
+  // Right-to-left override and a zero-width space: text that reads as
+  // something else.
+  EXPECT_EQ(Printable("evil\xe2\x80\xaetxt.exe \xe2\x80\x8b"),
+            "evil\\u202etxt.exe \\u200b");
+  EXPECT_EQ(Printable(Printable("\x1b[2J\xe2\x80\xae")),
+            Printable("\x1b[2J\xe2\x80\xae"));
   // Not UTF-8: a lone continuation byte, a cut sequence, an overlong form,
   // a surrogate.
   EXPECT_EQ(Printable("\x80 \xe2\x82 \xc0\xaf \xed\xa0\x80"),

@@ -108,6 +108,13 @@ TEST(ProtoTextTest, JsonDocumentsAreReadAsJson) {
                                  "test", &flow)
                   .ok());
   EXPECT_EQ(flow.name(), "a\x01" "b");
+  // JSON that YAML reads keeps YAML's checks: a single value where a list
+  // belongs is an error, not a one-word argv.
+  v1::JobSpec single;
+  absl::Status one = ParseYamlToMessage(
+      "{\"command\": \"python3 train.py\"}", "test", &single);
+  EXPECT_EQ(one.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(one.message(), HasSubstr("command"));
   // And an error from either names the field.
   v1::JobSpec bad;
   absl::Status st =

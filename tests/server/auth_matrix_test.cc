@@ -677,5 +677,74 @@ TEST_F(AuthMatrixTest, AJoinTokenWorksOnce) {
       << st.error_message();
 }
 
+// A token made for a node names an agent that was given no name (its
+// hostname differs), and records that node as its user; one name gets one
+// certificate from unbound tokens, even before that node registers.
+TEST_F(AuthMatrixTest, ATokenForANodeNamesItAndANameIsIssuedOnce) {
+  v1::AuthService::Stub admin(channel_[kAdmin]);
+  v1::CreateTokenRequest make;
+  make.set_join(true);
+  make.set_user("gpu-9");
+  v1::CreateTokenResponse made;
+  {
+    auto ctx = Context(kAdmin);
+    ASSERT_TRUE(admin.CreateToken(ctx.get(), make, &made).ok());
+  }
+  v1::AuthService::Stub stub(channel_[kNone]);
+  const std::string pub =
+      *crypto::PublicKeyPem(*crypto::GeneratePrivateKeyPem());
+  v1::JoinNodeRequest req;
+  req.set_join_token(made.token());
+  req.set_node_name("host-17");
+  req.set_public_key_pem(pub);
+  v1::JoinNodeResponse resp;
+  {
+    // Given that name explicitly, the agent is refused.
+    auto ctx = Context(kNone);
+    EXPECT_EQ(stub.JoinNode(ctx.get(), req, &resp).error_code(),
+              StatusCode::PERMISSION_DENIED);
+  }
+  req.set_name_is_default(true);
+  {
+    auto ctx = Context(kNone);
+    grpc::Status st = stub.JoinNode(ctx.get(), req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  EXPECT_EQ(*crypto::CertificateCommonName(resp.certificate_pem()), "gpu-9");
+  v1::ListTokensResponse list;
+  {
+    auto ctx = Context(kAdmin);
+    ASSERT_TRUE(admin.ListTokens(ctx.get(), v1::ListTokensRequest(), &list).ok());
+  }
+  bool seen = false;
+  for (const v1::TokenInfo& t : list.tokens()) {
+    if (t.id() != made.info().id()) continue;
+    seen = true;
+    EXPECT_EQ(t.used_by(), "gpu-9");
+  }
+  EXPECT_TRUE(seen);
+
+  // Two unbound tokens, one new name: the second is refused, not spent.
+  v1::JoinNodeRequest first;
+  first.set_join_token(join_token_[kOwner]);
+  first.set_node_name("twin");
+  first.set_public_key_pem(pub);
+  {
+    auto ctx = Context(kNone);
+    ASSERT_TRUE(stub.JoinNode(ctx.get(), first, &resp).ok());
+  }
+  v1::JoinNodeRequest second = first;
+  second.set_join_token(join_token_[kOtherUser]);
+  {
+    auto ctx = Context(kNone);
+    grpc::Status st = stub.JoinNode(ctx.get(), second, &resp);
+    EXPECT_EQ(st.error_code(), StatusCode::ALREADY_EXISTS) << st.error_message();
+  }
+  second.set_node_name("twin2");
+  auto ctx = Context(kNone);
+  grpc::Status st = stub.JoinNode(ctx.get(), second, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
 }  // namespace
 }  // namespace xl

@@ -531,5 +531,34 @@ TEST_F(ControllerTest, ASecondAgentClaimingALiveNodeIsRefused) {
   EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
 }
 
+// What an agent reports is printed in everyone's `xlctl nodes` and plans:
+// a control character anywhere in it refuses the registration, naming the
+// field, and registers nothing.
+TEST_F(ControllerTest, AnInventoryWithControlCharactersIsRefused) {
+  auto conn = std::make_shared<FakeConnection>();
+  v1::Register reg;
+  reg.set_name("n9");
+  reg.mutable_inventory()->set_hostname("n9");
+  auto* g = reg.mutable_inventory()->add_gpus();
+  g->set_model("H100\x1b]52;c;eA==\x07");
+  auto refused = controller_->AgentRegister(reg, conn);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message().rfind("register.inventory.gpus[0].model", 0),
+            0u)
+      << refused.status();
+  g->set_model("H100");
+  (*reg.mutable_inventory()->mutable_labels())["rack"] = "r1\nfake";
+  refused = controller_->AgentRegister(reg, conn);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("labels"), std::string::npos)
+      << refused.status();
+  reg.mutable_inventory()->mutable_labels()->clear();
+  reg.set_name("n9\r");
+  EXPECT_EQ(controller_->AgentRegister(reg, conn).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(controller_->GetNode("n9").ok());
+  EXPECT_FALSE(controller_->GetNode("n9\r").ok());
+}
+
 }  // namespace
 }  // namespace xl::control
