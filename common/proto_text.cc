@@ -478,11 +478,21 @@ std::string MessageToJson(const google::protobuf::Message& message,
 }
 
 std::string MessageToYaml(const google::protobuf::Message& message) {
-  YAML::Node node = YAML::Load(MessageToJson(message, false));
-  YAML::Emitter out;
-  out.SetIndent(2);
-  JsonValueToYaml(node, &out);
-  return std::string(out.c_str()) + "\n";
+  const std::string json = MessageToJson(message, false);
+  try {
+    YAML::Node node = YAML::Load(json);
+    YAML::Emitter out;
+    out.SetIndent(2);
+    JsonValueToYaml(node, &out);
+    return std::string(out.c_str()) + "\n";
+  } catch (const YAML::Exception&) {
+    // yaml-cpp cannot read all JSON (keys of 1024 characters or more, some
+    // escapes): a message holding such a value (another user's job, say)
+    // is printed as JSON, which is YAML too, and reads back the same.
+    std::string pretty = MessageToJson(message, true);
+    absl::StripTrailingAsciiWhitespace(&pretty);
+    return pretty + "\n";
+  }
 }
 
 }  // namespace xl

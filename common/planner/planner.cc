@@ -34,6 +34,10 @@ constexpr int kMlpDefaultBatch = 64;
 // 7.5e9 -> "7.5e9", 174.6e9 -> "1.746e11", 2048 -> "2048".
 std::string Num(double x) {
   if (x == 0) return "0";
+  // A model whose numbers overflow (found by fuzz_controller: an
+  // int cast of log10(inf)) prints as what it is.
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   const double ax = std::fabs(x);
   if (ax >= 1e4 && ax < 1e6) return absl::StrFormat("%.0f", x);
   if (ax >= 1e-3 && ax < 1e4) return absl::StrFormat("%.4g", x);

@@ -122,6 +122,20 @@ TEST(ProtoTextTest, JsonDocumentsAreReadAsJson) {
   EXPECT_THAT(st.message(), HasSubstr("comand"));
 }
 
+// What yaml-cpp cannot read back (a key of 1024 characters or more, a NUL)
+// is printed as JSON, which is YAML too: -o yaml never fails on another
+// user's job (found by fuzz_proto_text: it threw).
+TEST(ProtoTextTest, MessageToYamlPrintsAnyMessage) {
+  v1::JobSpec spec;
+  spec.add_command("/bin/true");
+  (*spec.mutable_env())[std::string(1500, 'K')] = std::string("a\0b", 3);
+  std::string yaml;
+  ASSERT_NO_THROW(yaml = MessageToYaml(spec));
+  v1::JobSpec back;
+  ASSERT_TRUE(ParseYamlToMessage(yaml, "printed", &back).ok()) << yaml;
+  EXPECT_EQ(back.env().at(std::string(1500, 'K')), std::string("a\0b", 3));
+}
+
 TEST(ProtoTextTest, UnknownFieldIsAnErrorNamingIt) {
   v1::JobSpec spec;
   absl::Status status = ParseYamlToMessage("nodez: 2\n", "job.yaml", &spec);
