@@ -176,8 +176,13 @@ std::string Labels(
 std::string TimeWithAge(const google::protobuf::Timestamp& t,
                         const RenderContext& context) {
   if (!IsSet(t)) return "-";
-  return absl::StrCat(FormatTimestamp(t, context), " (",
-                      FormatAge(context.now - xl::FromProto(t)), " ago)");
+  const absl::Duration age = context.now - xl::FromProto(t);
+  if (age < absl::ZeroDuration()) {
+    return absl::StrCat(FormatTimestamp(t, context), " (in ", FormatAge(-age),
+                        ")");
+  }
+  return absl::StrCat(FormatTimestamp(t, context), " (", FormatAge(age),
+                      " ago)");
 }
 
 // The TrainSpec defaults job.proto documents; a field left 0 means these.
@@ -461,6 +466,9 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
                 ? xl::HumanDuration(xl::FromProto(spec.time_limit()))
                 : "none");
   block.Add("Created", TimeWithAge(job.create_time(), context));
+  if (job.has_estimated_start_time()) {
+    block.Add("Estimated start", TimeWithAge(job.estimated_start_time(), context));
+  }
   block.Add("Started", TimeWithAge(job.start_time(), context));
   block.Add("Ended", TimeWithAge(job.end_time(), context));
   if (job.state() == xl::v1::FAILED || job.exit_code() != 0) {

@@ -178,6 +178,13 @@ int main(int argc, char** argv) {
                  "keep at most this many bytes of finished jobs' output; the "
                  "oldest go first")
       ->capture_default_str();
+  app.add_option("--reservations", opts.controller.reservations,
+                 "how many blocked jobs get reservations (backfill): the "
+                 "nodes and time each could start on, from running jobs' "
+                 "time limits, held so smaller jobs cannot starve it (0: "
+                 "none, place greedily)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   xl::state::SubmitLimits& limits = opts.controller.submit_limits;
   app.add_option("--max-pending-per-user", limits.max_pending,
                  "PENDING jobs one user may have; more submits get "

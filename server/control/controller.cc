@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/duration.h"
 #include "common/status.h"
@@ -317,6 +318,13 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     for (const auto& a : rec->job.allocations()) {
       gang.nodes.push_back(a.node());
       gang.gpus += a.gpu_indices_size();
+      scheduler::NodeShare& share = gang.shares.emplace_back();
+      share.node = a.node();
+      share.gpu_indices.assign(a.gpu_indices().begin(), a.gpu_indices().end());
+      share.cpus = a.cpus();
+      share.memory_bytes = a.memory_bytes();
+      share.nvme_bytes = a.nvme_bytes();
+      share.nic_gbps = a.nic_gbps();
     }
     absl::Duration limit = FromProto(rec->job.spec().time_limit());
     if (limit > absl::ZeroDuration() && rec->job.has_start_time()) {
@@ -328,6 +336,21 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     snapshot->running.push_back(std::move(gang));
   }
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
+  snapshot->now = clock_->Now();
+  snapshot->max_reservations = opts_.reservations;
+  // A full pass decides reservations again; a pass over new jobs keeps
+  // those of jobs still pending.
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    int64_t id = 0;
+    const JobRecord* rec =
+        absl::SimpleAtoi(it->first, &id) ? jobs_.Find(id) : nullptr;
+    if (rec == nullptr || rec->job.state() != v1::PENDING) {
+      it = reservations_.erase(it);
+      continue;
+    }
+    if (!full_pass_) snapshot->holds.push_back(it->second.reservation);
+    ++it;
+  }
 }
 
 void Controller::ApplyDecisions(scheduler::Decisions decisions,
@@ -341,9 +364,22 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
   // Reasons are kept per class (every job of a class waits for the same
   // thing) and shown when someone looks: a pass touches the jobs it starts,
   // not the ones it leaves waiting.
-  if (full_pass_) class_reasons_.clear();
+  if (full_pass_) {
+    class_reasons_.clear();
+    reservations_.clear();
+  }
   for (auto& [request, reason] : decisions.class_reasons) {
     class_reasons_[request.get()] = {request, reason};
+  }
+  if (!decisions.reservations.empty()) {
+    std::map<std::string, std::shared_ptr<const std::string>> reasons;
+    for (auto& [job_id, reason] : decisions.waiting) {
+      if (reason != nullptr) reasons.emplace(job_id, reason);
+    }
+    for (auto& r : decisions.reservations) {
+      const std::string id = r.job_id;
+      reservations_[id] = {std::move(r), reasons[id]};
+    }
   }
   for (auto& [job_id, placement] : decisions.starts) {
     JobRecord* rec = jobs_.Find(job_id);

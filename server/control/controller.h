@@ -94,6 +94,8 @@ struct ControllerOptions {
   absl::Duration self_pause = absl::Seconds(3);
   // Per-user limits on pending jobs and on the submit rate.
   state::SubmitLimits submit_limits;
+  // How many blocked jobs get reservations (backfill); 0: none.
+  int reservations = 8;
 };
 
 class Controller {
@@ -309,6 +311,13 @@ class Controller {
            std::pair<std::shared_ptr<const v1::ResourceRequest>,
                      std::shared_ptr<const std::string>>>
       class_reasons_ ABSL_GUARDED_BY(mu_);
+  // The reservations of pending jobs, from the last full pass (and passes
+  // over new jobs since): held in the next passes, shown by GetJob.
+  struct Reserved {
+    scheduler::Reservation reservation;
+    std::shared_ptr<const std::string> reason;
+  };
+  std::map<std::string, Reserved> reservations_ ABSL_GUARDED_BY(mu_);
   bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;
   // The earliest time a fenced pending job may start.
   absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

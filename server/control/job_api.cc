@@ -23,6 +23,14 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
     job.set_reason(reason != class_reasons_.end() && !fenced
                        ? *reason->second.second
                        : rec.job.reason());
+    auto reserved = reservations_.find(rec.job.id());
+    if (reserved != reservations_.end() && !fenced) {
+      if (reserved->second.reason != nullptr) {
+        job.set_reason(*reserved->second.reason);
+      }
+      *job.mutable_estimated_start_time() =
+          ToProtoTime(reserved->second.reservation.start);
+    }
   }
   if (rec.job.has_metrics()) *job.mutable_metrics() = rec.job.metrics();
   return job;

@@ -172,4 +172,9 @@ void FleetIndex::Take(int s, uint64_t gpus, const Needs& needs) {
   taken_.push_back(bucket_of_[s]);
 }
 
+void FleetIndex::Hold(int s) {
+  slots_[s].free = FreeCapacity();
+  taken_.push_back(bucket_of_[s]);
+}
+
 }  // namespace xl::scheduler

@@ -58,6 +58,8 @@ class FleetIndex {
   // Takes GPU positions `gpus` and the other per-node needs from slot `s`
   // (the caller has checked they fit) and logs the slot's bucket.
   void Take(int s, uint64_t gpus, const Needs& needs);
+  // Takes everything slot `s` has left (a node held for a reservation).
+  void Hold(int s);
   // The bucket of every take, in order.
   const std::vector<int32_t>& taken() const { return taken_; }
 

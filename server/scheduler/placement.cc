@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -227,6 +228,208 @@ void Release(NodeCapacity* node, const NodeShare& share) {
       std::min(node->nic_gbps_free + share.nic_gbps, info.nic_gbps);
 }
 
+namespace {
+
+// Reservations for blocked jobs (EASY backfill). Keeps what the pass has
+// left on every node (`current`) and when running jobs give back what they
+// hold; for a blocked job, replays those ends in time order on a copy until
+// the gang fits, and holds the nodes it would get.
+//
+// Cost per reservation: one copy of the nodes, one fit check per node and
+// per share given back (the GPUs a request may use are matched once per
+// GPU layout), and a placement over the fitting nodes each time enough fit
+// (at most kMaxPlacements times): about nodes + running shares. With 8
+// reservations, 10,000 nodes x 10,000 pending: +17 ms (schedule_bench).
+class Reserver {
+ public:
+  Reserver(const ClusterSnapshot& snapshot, FleetIndex* fleet)
+      : now_(snapshot.now), fleet_(fleet), current_(snapshot.nodes) {
+    for (size_t i = 0; i < current_.size(); ++i) {
+      index_[current_[i].name()] = static_cast<int32_t>(i);
+    }
+    for (const RunningGang& g : snapshot.running) {
+      if (g.expected_end == absl::InfiniteFuture()) continue;
+      ends_.push_back({std::max(g.expected_end, now_), g.job_id, g.shares});
+    }
+    sorted_ = false;
+  }
+
+  // Holds the nodes of a reservation an earlier pass made. False when one of
+  // them is gone (the reservation no longer stands).
+  bool Hold(const Reservation& r) {
+    std::vector<int32_t> nodes;
+    for (const std::string& name : r.nodes) {
+      auto it = index_.find(name);
+      if (it == index_.end() || !current_[it->second].unavailable.empty()) {
+        return false;
+      }
+      nodes.push_back(it->second);
+    }
+    for (int32_t n : nodes) HoldNode(n, r.job_id);
+    return true;
+  }
+
+  // A job this pass starts: its shares leave `current`, and come back at
+  // now + time_limit for later reservations.
+  void Started(const JobRequest& job, const Placement& placement) {
+    for (const NodeShare& share : placement.shares) {
+      auto it = index_.find(share.node);
+      if (it != index_.end()) Consume(&current_[it->second], share);
+    }
+    if (job.time_limit != absl::InfiniteDuration()) {
+      ends_.push_back({now_ + job.time_limit, job.job_id, placement.shares});
+      sorted_ = false;
+    }
+  }
+
+  // Finds the earliest time `job` fits, from the current state and the
+  // ends of running jobs, and holds those nodes. False when it never fits
+  // on what running jobs with time limits give back.
+  bool Reserve(const JobRequest& job, Reservation* out) {
+    if (!sorted_) {
+      std::stable_sort(ends_.begin(), ends_.end(),
+                       [](const End& a, const End& b) { return a.at < b.at; });
+      sorted_ = true;
+    }
+    const v1::ResourceRequest& req = *job.resources;
+    const Needs needs(req);
+    std::vector<NodeCapacity> future = current_;
+    // The GPUs a node may give the job depend on its layout only.
+    std::vector<uint64_t> matching(fleet_->layouts().size(), 0);
+    std::vector<bool> matched(fleet_->layouts().size(), false);
+    auto fits_node = [&](int32_t n) {
+      const NodeCapacity& c = future[n];
+      if (!c.unavailable.empty()) return false;
+      const int32_t layout = fleet_->slot(fleet_->slot_of_node(n)).layout;
+      if (!matched[layout]) {
+        matching[layout] = MatchingGpus(*fleet_->layouts()[layout], req);
+        matched[layout] = true;
+      }
+      return FitsNow(FreeCapacity{c.gpu_free, c.cpus_free, c.memory_free,
+                                  c.nvme_free, c.nic_gbps_free},
+                     matching[layout], needs);
+    };
+    std::vector<bool> fits(future.size(), false);
+    int32_t fitting = 0;
+    for (size_t i = 0; i < future.size(); ++i) {
+      fits[i] = fits_node(static_cast<int32_t>(i));
+      fitting += fits[i];
+    }
+    int placements = 0;
+    Placement placement;
+    std::vector<std::string> waits_for;
+    absl::Time at = now_;
+    // The gang is placed over the nodes that take a share only: a
+    // placement costs about those, not the fleet.
+    std::vector<NodeCapacity> candidates;
+    auto try_place = [&]() {
+      if (fitting < req.nodes() || placements >= kMaxPlacements) return false;
+      ++placements;
+      candidates.clear();
+      for (size_t i = 0; i < future.size(); ++i) {
+        if (fits[i]) candidates.push_back(future[i]);
+      }
+      return PlaceGang(candidates, req, &placement, nullptr);
+    };
+    bool placed = try_place();
+    for (size_t e = 0; !placed && e < ends_.size(); ++e) {
+      const End& end = ends_[e];
+      waits_for.push_back(end.job_id);
+      for (const NodeShare& share : end.shares) {
+        auto it = index_.find(share.node);
+        if (it == index_.end()) continue;
+        const int32_t n = it->second;
+        Release(&future[n], share);
+        if (!fits[n] && fits_node(n)) {
+          fits[n] = true;
+          ++fitting;
+        }
+      }
+      at = end.at;
+      // Jobs ending at the same moment are given back together.
+      if (e + 1 < ends_.size() && ends_[e + 1].at == at) continue;
+      placed = try_place();
+    }
+    if (!placed) return false;
+    out->job_id = job.job_id;
+    out->start = at;
+    out->nodes.clear();
+    std::set<std::string> on_nodes;
+    for (const NodeShare& share : placement.shares) {
+      out->nodes.push_back(share.node);
+      on_nodes.insert(share.node);
+      HoldNode(index_[share.node], job.job_id);
+    }
+    // Only the jobs on the reserved nodes matter to it.
+    out->waits_for.clear();
+    for (const End& end : ends_) {
+      if (end.at > at) break;
+      for (const NodeShare& share : end.shares) {
+        if (on_nodes.count(share.node) > 0) {
+          out->waits_for.push_back(end.job_id);
+          break;
+        }
+      }
+    }
+    return true;
+  }
+
+ private:
+  static constexpr int kMaxPlacements = 8;
+  struct End {
+    absl::Time at;
+    std::string job_id;
+    std::vector<NodeShare> shares;
+  };
+
+  void HoldNode(int32_t n, const std::string& job_id) {
+    current_[n].unavailable = absl::StrCat("held for job ", job_id);
+    fleet_->Hold(fleet_->slot_of_node(n));
+  }
+
+  const absl::Time now_;
+  FleetIndex* const fleet_;
+  std::vector<NodeCapacity> current_;
+  std::unordered_map<std::string, int32_t> index_;
+  std::vector<End> ends_;
+  bool sorted_ = true;
+};
+
+// "reserved: expected to start by 2026-12-02 14:05:09 UTC on n1, n2 (when
+// jobs 42, 43 end at their time limits)".
+std::string ReservationText(const Reservation& r, absl::Time now) {
+  std::string nodes = r.nodes.size() <= 4
+                          ? absl::StrJoin(r.nodes, ", ")
+                          : absl::StrCat(r.nodes[0], ", ", r.nodes[1], ", ",
+                                         r.nodes[2], " and ",
+                                         r.nodes.size() - 3, " more");
+  std::string when =
+      r.start <= now
+          ? std::string("as soon as its nodes are free")
+          : absl::StrCat("by ",
+                         absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", r.start,
+                                          absl::UTCTimeZone()),
+                         " (in ", HumanDuration(r.start - now), ")");
+  std::string jobs;
+  if (!r.waits_for.empty()) {
+    std::vector<std::string> ids(r.waits_for.begin(),
+                                 r.waits_for.begin() +
+                                     std::min<size_t>(r.waits_for.size(), 5));
+    jobs = absl::StrCat(", when job", r.waits_for.size() == 1 ? " " : "s ",
+                        absl::StrJoin(ids, ", "),
+                        r.waits_for.size() > 5
+                            ? absl::StrCat(" and ", r.waits_for.size() - 5,
+                                           " more")
+                            : "",
+                        r.waits_for.size() == 1 ? " ends" : " end",
+                        " at the latest (time limits)");
+  }
+  return absl::StrCat("reserved: expected to start ", when, " on ", nodes,
+                      jobs, "; other jobs start only elsewhere meanwhile");
+}
+
+}  // namespace
+
 Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   std::vector<int32_t> order(queue.size());
   std::iota(order.begin(), order.end(), 0);
@@ -241,6 +444,14 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     return a < b;
   });
   FleetIndex fleet(snapshot.nodes);
+  std::unique_ptr<Reserver> reserver;
+  int reservations_left = snapshot.max_reservations;
+  if (reservations_left > 0) {
+    reserver = std::make_unique<Reserver>(snapshot, &fleet);
+    for (const Reservation& r : snapshot.holds) {
+      if (reservations_left > 0 && reserver->Hold(r)) --reservations_left;
+    }
+  }
   ClassTable classes;
   Decisions out;
   out.waiting.reserve(queue.size());
@@ -263,6 +474,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
               ShareOf(fleet.node_at(pick.slot), pick.gpus, c.live->needs()));
           fleet.Take(pick.slot, pick.gpus, c.live->needs());
         }
+        if (reserver != nullptr) reserver->Started(job, placement);
         out.starts.emplace_back(std::move(job.job_id), std::move(placement));
         continue;
       }
@@ -270,6 +482,18 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       // of it, with this reason.
       c.reason = std::make_shared<const std::string>(c.live->WhyNot());
       c.live.reset();
+    }
+    if (reservations_left > 0) {
+      Reservation r;
+      if (reserver->Reserve(job, &r)) {
+        --reservations_left;
+        out.waiting.emplace_back(
+            job.job_id, std::make_shared<const std::string>(absl::StrCat(
+                            *c.reason, "; ", ReservationText(r, snapshot.now))));
+        out.reservations.push_back(std::move(r));
+        // Its nodes are held: every class re-checks what it can have.
+        continue;
+      }
     }
     if (reported.insert(job.resources.get()).second) {
       out.class_reasons.emplace_back(job.resources, c.reason);

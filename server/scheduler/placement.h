@@ -3,7 +3,11 @@
 // which jobs start where (gang placement: all of a job's nodes at once or
 // none) and why every other job waits. No I/O, no clock, no threads: data in,
 // decisions out. Policy: priority, then submit order; a job that does not fit
-// does not block smaller ones behind it (no reservation yet).
+// does not block smaller ones behind it, except that the first blocked jobs
+// (ClusterSnapshot::max_reservations of them) get reservations, as in EASY
+// backfill: from running jobs' time limits, the earliest time and the nodes
+// each could start on; those nodes are held, so jobs behind it start now
+// only elsewhere, and a big gang is not starved by small jobs.
 //
 // Cost: jobs with equal requests form a class and are answered together; a
 // class that fails once fails for the rest of the pass (capacity only shrinks
@@ -67,6 +71,16 @@ struct NodeCapacity {
   static NodeCapacity Empty(std::string name, const v1::NodeInventory& inv);
 };
 
+// What a job gets on one node.
+struct NodeShare {
+  std::string node;
+  std::vector<int32_t> gpu_indices;  // GPU index values, not positions
+  int32_t cpus = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t nvme_bytes = 0;
+  double nic_gbps = 0;
+};
+
 // One job as the core sees it.
 struct JobRequest {
   std::string job_id;
@@ -78,6 +92,9 @@ struct JobRequest {
   std::shared_ptr<const v1::ResourceRequest> resources;
   std::string queue;
   std::string user;
+  // How long it may run (InfiniteDuration: no limit): a job started in this
+  // pass frees its nodes by now + time_limit, for reservations behind it.
+  absl::Duration time_limit = absl::InfiniteDuration();
 };
 
 // A job that runs now (input for policy: preemption, reservations).
@@ -90,6 +107,20 @@ struct RunningGang {
   int64_t gpus = 0;
   // When its time limit ends it at the latest; InfiniteFuture without one.
   absl::Time expected_end = absl::InfiniteFuture();
+  // What it holds on each node (given back at expected_end, for
+  // reservations).
+  std::vector<NodeShare> shares;
+};
+
+// A blocked job's claim on the future: the nodes it is expected to start on
+// and when (the time limits of the jobs holding them). Those nodes are held
+// for it: nothing else starts on them meanwhile.
+struct Reservation {
+  std::string job_id;
+  absl::Time start;
+  std::vector<std::string> nodes;
+  // The running jobs whose ends free those nodes.
+  std::vector<std::string> waits_for;
 };
 
 struct QueueUsage {
@@ -103,17 +134,16 @@ struct ClusterSnapshot {
   std::vector<NodeCapacity> nodes;
   std::vector<RunningGang> running;
   std::map<std::string, QueueUsage> queues;
+  // The time reservations are computed from (wall clock).
+  absl::Time now = absl::UnixEpoch();
+  // How many blocked jobs get reservations (0: none; jobs are placed
+  // greedily in policy order).
+  int max_reservations = 0;
+  // Reservations an earlier pass made that still stand: their nodes are held
+  // and they count towards max_reservations (a pass over new jobs only).
+  std::vector<Reservation> holds;
 };
 
-// What a job gets on one node.
-struct NodeShare {
-  std::string node;
-  std::vector<int32_t> gpu_indices;  // GPU index values, not positions
-  int32_t cpus = 0;
-  uint64_t memory_bytes = 0;
-  uint64_t nvme_bytes = 0;
-  double nic_gbps = 0;
-};
 
 // A job's nodes in ring order (group rank order).
 struct Placement {
@@ -132,6 +162,9 @@ struct Decisions {
   std::vector<std::pair<std::shared_ptr<const v1::ResourceRequest>,
                         std::shared_ptr<const std::string>>>
       class_reasons;
+  // The reservations this pass made, in policy order; each reserved job is
+  // also in `waiting`, with its own reason saying when and where.
+  std::vector<Reservation> reservations;
 };
 
 // Returns an empty string when `request` fits on `node` now (and fills

@@ -45,6 +45,10 @@ JobRecord& JobTable::Insert(JobRecord rec) {
   req.resources = rec.request;
   req.queue = rec.job.spec().queue();
   req.user = rec.job.user();
+  if (rec.job.spec().has_time_limit() &&
+      FromProto(rec.job.spec().time_limit()) > absl::ZeroDuration()) {
+    req.time_limit = FromProto(rec.job.spec().time_limit());
+  }
   JobRecord& stored = jobs_[id] = std::move(rec);
   Index(&stored, v1::JOB_STATE_UNSPECIFIED);
   return stored;

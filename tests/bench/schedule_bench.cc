@@ -324,9 +324,13 @@ struct Timing {
   double cpu_ms() const { return Median(cpu); }
 };
 
+const absl::Time kBenchNow = absl::FromUnixSeconds(1800000000);
+
 // One fleet and one queue, in both forms.
 struct Inputs {
   std::vector<sched::NodeCapacity> nodes;
+  // One running job per busy node, ending within a day (for reservations).
+  std::vector<sched::RunningGang> running;
   std::vector<sched::JobRequest> queue;
   std::vector<baseline::NodeCapacity> old_nodes;
   std::vector<baseline::JobRequest> old_queue;
@@ -370,6 +374,21 @@ void BuildFleet(int count, bool with_baseline, Inputs* in) {
     cap.gpu_free &= ~busy_mask;
     cap.cpus_free -= 12 * busy;
     cap.memory_free -= 64 * kGiB * busy;
+    if (busy > 0) {
+      sched::RunningGang gang;
+      gang.job_id = absl::StrCat("r", i);
+      gang.nodes = {name};
+      gang.gpus = busy;
+      gang.expected_end = kBenchNow + absl::Minutes(1 + rng() % 1440);
+      sched::NodeShare& share = gang.shares.emplace_back();
+      share.node = name;
+      for (int g = 0; g < 8; ++g) {
+        if (busy_mask >> g & 1) share.gpu_indices.push_back(g);
+      }
+      share.cpus = 12 * busy;
+      share.memory_bytes = 64 * kGiB * busy;
+      in->running.push_back(std::move(gang));
+    }
     if (rng() % 100 == 0) cap.unavailable = "drained (maintenance)";
     if (with_baseline) {
       baseline::NodeCapacity old = baseline::NodeCapacity::Empty(name, inv);
@@ -461,9 +480,10 @@ int main(int argc, char** argv) {
       baseline_limit_s = std::atof(argv[i + 1]);
     }
   }
-  std::printf("%6s %8s | %8s %8s %6s %6s %9s | %11s %11s %6s %4s\n", "nodes",
-              "pending", "new ms", "cpu ms", "starts", "shares", "starts/s",
-              "baseline ms", "cpu ms", "ratio", "same");
+  std::printf("%6s %8s | %8s %8s %6s %6s %9s | %11s %11s %6s %4s | %11s %6s %5s\n",
+              "nodes", "pending", "new ms", "cpu ms", "starts", "shares",
+              "starts/s", "baseline ms", "cpu ms", "ratio", "same",
+              "+8 resv ms", "starts", "resv");
   // Seconds of the last baseline pass per queue size, to predict the next:
   // the old pass costs about nodes x (starts + classes), and starts grow
   // with nodes, so it grows with the square of the fleet.
@@ -494,6 +514,21 @@ int main(int argc, char** argv) {
       size_t shares = 0;
       for (const auto& [id, p] : d.starts) shares += p.shares.size();
 
+      // The same pass with reservations for the first 8 blocked jobs (EASY
+      // backfill), against the running jobs' ends.
+      Timing reserving;
+      sched::Decisions rd;
+      for (int r = 0; r < 9; ++r) {
+        sched::ClusterSnapshot snap;
+        snap.nodes = in.nodes;
+        snap.running = in.running;
+        snap.now = kBenchNow;
+        snap.max_reservations = 8;
+        std::vector<sched::JobRequest> queue = in.queue;
+        reserving.Run(
+            [&] { rd = sched::Schedule(std::move(snap), std::move(queue)); });
+      }
+
       std::string base = "-", base_cpu = "-", ratio = "-", same = "-";
       if (!run_baseline) {
         base = absl::StrFormat("skip ~%.0fs", predicted_s);
@@ -515,10 +550,13 @@ int main(int argc, char** argv) {
         ratio = absl::StrFormat("%.0fx", old.cpu_ms() / now.cpu_ms());
         same = SameDecisions(d, od) ? "yes" : "NO";
       }
-      std::printf("%6d %8d | %8.2f %8.2f %6zu %6zu %9.0f | %11s %11s %6s %4s\n",
-                  nodes, pending, now.wall_ms(), now.cpu_ms(), d.starts.size(),
-                  shares, d.starts.size() / (now.cpu_ms() / 1000), base.c_str(),
-                  base_cpu.c_str(), ratio.c_str(), same.c_str());
+      std::printf(
+          "%6d %8d | %8.2f %8.2f %6zu %6zu %9.0f | %11s %11s %6s %4s | %11.2f "
+          "%6zu %5zu\n",
+          nodes, pending, now.wall_ms(), now.cpu_ms(), d.starts.size(), shares,
+          d.starts.size() / (now.cpu_ms() / 1000), base.c_str(),
+          base_cpu.c_str(), ratio.c_str(), same.c_str(), reserving.cpu_ms(),
+          rd.starts.size(), rd.reservations.size());
       std::fflush(stdout);
     }
   }

@@ -3,6 +3,8 @@
 // limits, idempotency and cancel. No gRPC, no sleeps on the clock.
 #include "tests/server/controller_fixture.h"
 
+#include "common/duration.h"
+
 namespace xl::control {
 namespace {
 
@@ -142,6 +144,35 @@ TEST_F(ControllerTest, TimeLimitStopsTheJob) {
   EXPECT_EQ(WaitState(id, v1::FAILED), v1::FAILED);
   EXPECT_NE(controller_->GetJob(id)->reason().find("time limit of 1m0s"), std::string::npos);
   a->WaitFor(v1::SchedulerMessage::kStopJob);
+}
+
+// A blocked gang gets a reservation: GetJob says when and where, and a job
+// submitted after it (a pass over new jobs only) does not take the held
+// node.
+TEST_F(ControllerTest, ABlockedGangIsReservedAndShownWithItsEstimatedStart) {
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  std::string running = Submit(1, 1, "", 0, /*time_limit_s=*/3600);
+  controller_->Tick();
+  Settle();
+  const std::string busy = controller_->GetJob(running)->allocations(0).node();
+  std::string big = Submit(2, 1);
+  controller_->Tick();
+  Settle();
+  v1::Job got = *controller_->GetJob(big);
+  EXPECT_EQ(got.state(), v1::PENDING);
+  ASSERT_TRUE(got.has_estimated_start_time()) << got.reason();
+  EXPECT_EQ(xl::FromProto(got.estimated_start_time()),
+            xl::FromProto(controller_->GetJob(running)->start_time()) +
+                absl::Hours(1));
+  EXPECT_NE(got.reason().find("reserved: expected to start by"), std::string::npos)
+      << got.reason();
+  std::string small = Submit(1, 1);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(small)->state(), v1::PENDING)
+      << "took " << (busy == "a" ? "b" : "a") << ", held for " << big;
+  EXPECT_FALSE(controller_->GetJob(small)->has_estimated_start_time());
 }
 
 TEST_F(ControllerTest, IdempotencyKeyGivesOneJobAcrossRestart) {
