@@ -282,6 +282,8 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
 void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
                                std::vector<scheduler::JobRequest>* queue) {
   const absl::Time now = clock_->MonotonicNow();
+  const absl::Time mono_now = now;
+  const absl::Time wall_now = clock_->Now();
   auto add = [&](const JobRecord* rec) {
     if (rec == nullptr || rec->job.state() != v1::PENDING) return;
     if (rec->eligible_mono > now) {
@@ -318,17 +320,21 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     for (const auto& a : rec->job.allocations()) {
       gang.nodes.push_back(a.node());
       gang.gpus += a.gpu_indices_size();
-      scheduler::NodeShare& share = gang.shares.emplace_back();
-      share.node = a.node();
-      share.gpu_indices.assign(a.gpu_indices().begin(), a.gpu_indices().end());
-      share.cpus = a.cpus();
-      share.memory_bytes = a.memory_bytes();
-      share.nvme_bytes = a.nvme_bytes();
-      share.nic_gbps = a.nic_gbps();
+      // What the ledger still holds for it there (ranks that ended early
+      // gave theirs back already, and may not be given back twice).
+      if (const state::Hold* hold =
+              ledger_.FindHold(a.node(), id, rec->job.attempt())) {
+        gang.shares.push_back(hold->share);
+      }
     }
     absl::Duration limit = FromProto(rec->job.spec().time_limit());
-    if (limit > absl::ZeroDuration() && rec->job.has_start_time()) {
-      gang.expected_end = FromProto(rec->job.start_time()) + limit;
+    if (limit > absl::ZeroDuration()) {
+      // On the clock the limit is enforced by (monotonic), moved to the
+      // wall clock estimates are shown in: a clock step moves both alike.
+      gang.expected_end =
+          rec->start_mono != absl::InfinitePast()
+              ? wall_now + (limit - (mono_now - rec->start_mono))
+              : FromProto(rec->job.start_time()) + limit;
     }
     scheduler::QueueUsage& usage = snapshot->queues[gang.queue];
     ++usage.running_jobs;
@@ -336,7 +342,7 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     snapshot->running.push_back(std::move(gang));
   }
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
-  snapshot->now = clock_->Now();
+  snapshot->now = wall_now;
   snapshot->max_reservations = opts_.reservations;
   // A full pass decides reservations again; a pass over new jobs keeps
   // those of jobs still pending.
@@ -345,7 +351,11 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     const JobRecord* rec =
         absl::SimpleAtoi(it->first, &id) ? jobs_.Find(id) : nullptr;
     if (rec == nullptr || rec->job.state() != v1::PENDING) {
+      // Its nodes are free for others, and the next job may now get a
+      // reservation: the next pass looks at the whole queue.
       it = reservations_.erase(it);
+      capacity_freed_ = true;
+      pass_needed_ = true;
       continue;
     }
     if (!full_pass_) snapshot->holds.push_back(it->second.reservation);
@@ -370,6 +380,13 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
   }
   for (auto& [request, reason] : decisions.class_reasons) {
     class_reasons_[request.get()] = {request, reason};
+  }
+  for (const std::string& id : decisions.dropped_holds) {
+    // It no longer stands (a node gone, or taken by a job that outranks
+    // it): decide again over the whole queue.
+    reservations_.erase(id);
+    capacity_freed_ = true;
+    pass_needed_ = true;
   }
   if (!decisions.reservations.empty()) {
     std::map<std::string, std::shared_ptr<const std::string>> reasons;

@@ -172,8 +172,9 @@ void FleetIndex::Take(int s, uint64_t gpus, const Needs& needs) {
   taken_.push_back(bucket_of_[s]);
 }
 
-void FleetIndex::Hold(int s) {
+void FleetIndex::Hold(int s, const std::string* why) {
   slots_[s].free = FreeCapacity();
+  slots_[s].held = why;
   taken_.push_back(bucket_of_[s]);
 }
 

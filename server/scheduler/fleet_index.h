@@ -10,6 +10,7 @@
 #define XL_SERVER_SCHEDULER_FLEET_INDEX_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "server/scheduler/node_fit.h"
@@ -27,6 +28,9 @@ class FleetIndex {
     int32_t node = 0;    // index in the snapshot
     int32_t layout = 0;  // index into layouts()
     bool available = false;
+    // Set while the node is held for a reservation: why (owned by the
+    // caller of Hold, which outlives the pass).
+    const std::string* held = nullptr;
   };
 
   // Builds the index in O(nodes log nodes). `nodes` must outlive it and stay
@@ -58,8 +62,9 @@ class FleetIndex {
   // Takes GPU positions `gpus` and the other per-node needs from slot `s`
   // (the caller has checked they fit) and logs the slot's bucket.
   void Take(int s, uint64_t gpus, const Needs& needs);
-  // Takes everything slot `s` has left (a node held for a reservation).
-  void Hold(int s);
+  // Takes everything slot `s` has left (a node held for a reservation);
+  // `why` ("held for job 12 ...") is what waiting jobs are told.
+  void Hold(int s, const std::string* why);
   // The bucket of every take, in order.
   const std::vector<int32_t>& taken() const { return taken_; }
 

@@ -1,6 +1,7 @@
 #include "server/scheduler/placement.h"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 #include <set>
 #include <unordered_map>
@@ -230,6 +231,38 @@ void Release(NodeCapacity* node, const NodeShare& share) {
 
 namespace {
 
+// Whether a node's free capacity takes one share of a request, ignoring its
+// availability; the GPUs the request may use are matched once per GPU
+// layout of the fleet.
+class ShareFit {
+ public:
+  ShareFit(const FleetIndex& fleet, const v1::ResourceRequest& req)
+      : fleet_(fleet),
+        req_(req),
+        needs_(req),
+        matching_(fleet.layouts().size(), 0),
+        matched_(fleet.layouts().size(), false) {}
+
+  bool operator()(const NodeCapacity& c, int32_t node) {
+    const int32_t layout = fleet_.slot(fleet_.slot_of_node(node)).layout;
+    if (!matched_[layout]) {
+      matching_[layout] = MatchingGpus(*fleet_.layouts()[layout], req_);
+      matched_[layout] = true;
+    }
+    return FitsNow(FreeCapacity{c.gpu_free, c.cpus_free, c.memory_free,
+                                c.nvme_free, c.nic_gbps_free},
+                   matching_[layout], needs_);
+  }
+  const Needs& needs() const { return needs_; }
+
+ private:
+  const FleetIndex& fleet_;
+  const v1::ResourceRequest& req_;
+  const Needs needs_;
+  std::vector<uint64_t> matching_;
+  std::vector<bool> matched_;
+};
+
 // Reservations for blocked jobs (EASY backfill). Keeps what the pass has
 // left on every node (`current`) and when running jobs give back what they
 // hold; for a blocked job, replays those ends in time order on a copy until
@@ -243,7 +276,11 @@ namespace {
 class Reserver {
  public:
   Reserver(const ClusterSnapshot& snapshot, FleetIndex* fleet)
-      : now_(snapshot.now), fleet_(fleet), current_(snapshot.nodes) {
+      : now_(snapshot.now),
+        fleet_(fleet),
+        current_(snapshot.nodes),
+        held_until_(snapshot.nodes.size(), absl::InfinitePast()),
+        touched_(snapshot.nodes.size(), false) {
     for (size_t i = 0; i < current_.size(); ++i) {
       index_[current_[i].name()] = static_cast<int32_t>(i);
     }
@@ -251,21 +288,80 @@ class Reserver {
       if (g.expected_end == absl::InfiniteFuture()) continue;
       ends_.push_back({std::max(g.expected_end, now_), g.job_id, g.shares});
     }
-    sorted_ = false;
+    std::stable_sort(ends_.begin(), ends_.end(),
+                     [](const End& a, const End& b) { return a.at < b.at; });
+    sorted_ = ends_.size();
   }
 
   // Holds the nodes of a reservation an earlier pass made. False when one of
   // them is gone (the reservation no longer stands).
+  // False when one of them is gone or unavailable, or a job ranked before it
+  // took from one in this pass: the reservation no longer stands. What is
+  // left of it is held all the same for the rest of the pass, so jobs
+  // ranked after it do not take what it will most likely get again.
   bool Hold(const Reservation& r) {
-    std::vector<int32_t> nodes;
+    bool stands = true;
     for (const std::string& name : r.nodes) {
       auto it = index_.find(name);
       if (it == index_.end() || !current_[it->second].unavailable.empty()) {
-        return false;
+        stands = false;
+        continue;
       }
-      nodes.push_back(it->second);
+      stands &= !touched_[it->second];
+      HoldNode(it->second, r.job_id, r.start);
     }
-    for (int32_t n : nodes) HoldNode(n, r.job_id);
+    return stands;
+  }
+
+  // Backfill on held nodes: a job that ends (by its time limit) before the
+  // reservations holding some nodes begin may run on them meanwhile, as in
+  // Slurm. Tries `job` over the nodes that are free or held past its end;
+  // on success takes what it gets (from the fleet, for nodes not held) and
+  // fills `placement`. At most kMaxBackfills tries a pass.
+  bool BackfillOnHeld(const JobRequest& job, Placement* placement) {
+    if (!any_held_ || job.resources == nullptr ||
+        job.time_limit == absl::InfiniteDuration() ||
+        backfills_ >= kMaxBackfills) {
+      return false;
+    }
+    const absl::Time ends = now_ + job.time_limit;
+    // Jobs of a request that failed with a shorter limit fail too.
+    auto failed = failed_limit_.find(job.resources.get());
+    if (failed != failed_limit_.end() && job.time_limit >= failed->second) {
+      return false;
+    }
+    ++backfills_;
+    // The class failed on what is not held, so fewer nodes than the gang
+    // needs fit there: the candidates are few, and the placement small.
+    ShareFit share_fit(*fleet_, *job.resources);
+    std::vector<NodeCapacity> candidates;
+    bool uses_held = false;
+    for (size_t i = 0; i < current_.size(); ++i) {
+      const bool held = held_until_[i] != absl::InfinitePast();
+      if (held ? held_until_[i] < ends : !current_[i].unavailable.empty()) {
+        continue;
+      }
+      if (!share_fit(current_[i], static_cast<int32_t>(i))) continue;
+      uses_held |= held;
+      candidates.push_back(current_[i]);
+      if (held) candidates.back().unavailable.clear();
+    }
+    if (!uses_held ||
+        !PlaceGang(candidates, *job.resources, placement, nullptr)) {
+      failed_limit_[job.resources.get()] =
+          failed == failed_limit_.end()
+              ? job.time_limit
+              : std::min(failed->second, job.time_limit);
+      return false;
+    }
+    for (const NodeShare& share : placement->shares) {
+      const int32_t n = index_[share.node];
+      if (held_until_[n] == absl::InfinitePast()) {
+        uint64_t gpus = 0;
+        GpuPositions(*current_[n].info, share.gpu_indices, &gpus);
+        fleet_->Take(fleet_->slot_of_node(n), gpus, share_fit.needs());
+      }
+    }
     return true;
   }
 
@@ -274,11 +370,12 @@ class Reserver {
   void Started(const JobRequest& job, const Placement& placement) {
     for (const NodeShare& share : placement.shares) {
       auto it = index_.find(share.node);
-      if (it != index_.end()) Consume(&current_[it->second], share);
+      if (it == index_.end()) continue;
+      Consume(&current_[it->second], share);
+      touched_[it->second] = true;
     }
     if (job.time_limit != absl::InfiniteDuration()) {
       ends_.push_back({now_ + job.time_limit, job.job_id, placement.shares});
-      sorted_ = false;
     }
   }
 
@@ -286,28 +383,37 @@ class Reserver {
   // ends of running jobs, and holds those nodes. False when it never fits
   // on what running jobs with time limits give back.
   bool Reserve(const JobRequest& job, Reservation* out) {
-    if (!sorted_) {
-      std::stable_sort(ends_.begin(), ends_.end(),
-                       [](const End& a, const End& b) { return a.at < b.at; });
-      sorted_ = true;
+    // A request that found no time stays without one for the pass: what is
+    // held and taken only grows, and what later starts gives back only what
+    // it took. Tries are bounded too (Slurm's bf_max_job_test).
+    if (job.resources == nullptr || reserve_tries_ >= kMaxReserveTries ||
+        unreservable_.count(job.resources.get()) > 0) {
+      return false;
+    }
+    ++reserve_tries_;
+    if (!ReserveOnce(job, out)) {
+      unreservable_.insert(job.resources.get());
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  bool ReserveOnce(const JobRequest& job, Reservation* out) {
+    if (sorted_ < ends_.size()) {
+      // Jobs started since the last reservation: sort them and merge them
+      // in, instead of sorting everything again.
+      auto by_time = [](const End& a, const End& b) { return a.at < b.at; };
+      std::stable_sort(ends_.begin() + sorted_, ends_.end(), by_time);
+      std::inplace_merge(ends_.begin(), ends_.begin() + sorted_, ends_.end(),
+                         by_time);
+      sorted_ = ends_.size();
     }
     const v1::ResourceRequest& req = *job.resources;
-    const Needs needs(req);
     std::vector<NodeCapacity> future = current_;
-    // The GPUs a node may give the job depend on its layout only.
-    std::vector<uint64_t> matching(fleet_->layouts().size(), 0);
-    std::vector<bool> matched(fleet_->layouts().size(), false);
+    ShareFit share_fit(*fleet_, req);
     auto fits_node = [&](int32_t n) {
-      const NodeCapacity& c = future[n];
-      if (!c.unavailable.empty()) return false;
-      const int32_t layout = fleet_->slot(fleet_->slot_of_node(n)).layout;
-      if (!matched[layout]) {
-        matching[layout] = MatchingGpus(*fleet_->layouts()[layout], req);
-        matched[layout] = true;
-      }
-      return FitsNow(FreeCapacity{c.gpu_free, c.cpus_free, c.memory_free,
-                                  c.nvme_free, c.nic_gbps_free},
-                     matching[layout], needs);
+      return future[n].unavailable.empty() && share_fit(future[n], n);
     };
     std::vector<bool> fits(future.size(), false);
     int32_t fitting = 0;
@@ -317,7 +423,6 @@ class Reserver {
     }
     int placements = 0;
     Placement placement;
-    std::vector<std::string> waits_for;
     absl::Time at = now_;
     // The gang is placed over the nodes that take a share only: a
     // placement costs about those, not the fleet.
@@ -334,7 +439,6 @@ class Reserver {
     bool placed = try_place();
     for (size_t e = 0; !placed && e < ends_.size(); ++e) {
       const End& end = ends_[e];
-      waits_for.push_back(end.job_id);
       for (const NodeShare& share : end.shares) {
         auto it = index_.find(share.node);
         if (it == index_.end()) continue;
@@ -352,13 +456,15 @@ class Reserver {
     }
     if (!placed) return false;
     out->job_id = job.job_id;
+    out->priority = job.priority;
+    out->submit_seq = job.submit_seq;
     out->start = at;
     out->nodes.clear();
     std::set<std::string> on_nodes;
     for (const NodeShare& share : placement.shares) {
       out->nodes.push_back(share.node);
       on_nodes.insert(share.node);
-      HoldNode(index_[share.node], job.job_id);
+      HoldNode(index_[share.node], job.job_id, at);
     }
     // Only the jobs on the reserved nodes matter to it.
     out->waits_for.clear();
@@ -375,24 +481,42 @@ class Reserver {
   }
 
  private:
+  // Each placement runs over nodes that all fit, so the first succeeds
+  // unless the request constrains topology; this bounds the rest.
   static constexpr int kMaxPlacements = 8;
+  static constexpr int kMaxBackfills = 32;
+  static constexpr int kMaxReserveTries = 64;
   struct End {
     absl::Time at;
     std::string job_id;
     std::vector<NodeShare> shares;
   };
 
-  void HoldNode(int32_t n, const std::string& job_id) {
+  void HoldNode(int32_t n, const std::string& job_id, absl::Time until) {
     current_[n].unavailable = absl::StrCat("held for job ", job_id);
-    fleet_->Hold(fleet_->slot_of_node(n));
+    held_until_[n] = until;
+    any_held_ = true;
+    held_why_.push_back(absl::StrCat("held for job ", job_id, "'s reservation"));
+    fleet_->Hold(fleet_->slot_of_node(n), &held_why_.back());
   }
 
   const absl::Time now_;
   FleetIndex* const fleet_;
   std::vector<NodeCapacity> current_;
+  // When the reservation holding each node begins; InfinitePast: not held.
+  std::vector<absl::Time> held_until_;
+  bool any_held_ = false;
+  // Nodes a job started on in this pass.
+  std::vector<bool> touched_;
+  // The reasons held slots point to (a deque: stable addresses).
+  std::deque<std::string> held_why_;
+  int reserve_tries_ = 0;
+  std::unordered_set<const v1::ResourceRequest*> unreservable_;
   std::unordered_map<std::string, int32_t> index_;
   std::vector<End> ends_;
-  bool sorted_ = true;
+  size_t sorted_ = 0;  // ends_[0, sorted_) is in time order
+  int backfills_ = 0;
+  std::unordered_map<const v1::ResourceRequest*, absl::Duration> failed_limit_;
 };
 
 // "reserved: expected to start by 2026-12-02 14:05:09 UTC on n1, n2 (when
@@ -448,17 +572,40 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   int reservations_left = snapshot.max_reservations;
   if (reservations_left > 0) {
     reserver = std::make_unique<Reserver>(snapshot, &fleet);
-    for (const Reservation& r : snapshot.holds) {
-      if (reservations_left > 0 && reserver->Hold(r)) --reservations_left;
-    }
   }
-  ClassTable classes;
+  // Earlier reservations hold their nodes from the first job ranked after
+  // theirs on: a new job that outranks one may still take its nodes (and
+  // the reservation is dropped, to be decided again).
+  std::vector<const Reservation*> holds;
+  for (const Reservation& r : snapshot.holds) holds.push_back(&r);
+  std::stable_sort(holds.begin(), holds.end(),
+                   [](const Reservation* a, const Reservation* b) {
+                     return a->priority != b->priority
+                                ? a->priority > b->priority
+                                : a->submit_seq < b->submit_seq;
+                   });
+  size_t next_hold = 0;
   Decisions out;
+  auto apply_hold = [&](const Reservation& r) {
+    if (reserver == nullptr || reservations_left <= 0) {
+      out.dropped_holds.push_back(r.job_id);
+      return;
+    }
+    --reservations_left;
+    if (!reserver->Hold(r)) out.dropped_holds.push_back(r.job_id);
+  };
+  ClassTable classes;
   out.waiting.reserve(queue.size());
   std::vector<RequestClass::Pick> picks;
   std::unordered_set<const v1::ResourceRequest*> reported;
   for (int32_t i : order) {
     JobRequest& job = queue[i];
+    while (next_hold < holds.size() &&
+           (holds[next_hold]->priority > job.priority ||
+            (holds[next_hold]->priority == job.priority &&
+             holds[next_hold]->submit_seq < job.submit_seq))) {
+      apply_hold(*holds[next_hold++]);
+    }
     ClassTable::Entry& c = classes.Find(job.resources);
     if (c.reason == nullptr) {
       if (c.live == nullptr) {
@@ -482,6 +629,14 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       // of it, with this reason.
       c.reason = std::make_shared<const std::string>(c.live->WhyNot());
       c.live.reset();
+    }
+    if (reserver != nullptr) {
+      Placement placement;
+      if (reserver->BackfillOnHeld(job, &placement)) {
+        reserver->Started(job, placement);
+        out.starts.emplace_back(std::move(job.job_id), std::move(placement));
+        continue;
+      }
     }
     if (reservations_left > 0) {
       Reservation r;

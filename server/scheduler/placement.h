@@ -117,6 +117,9 @@ struct RunningGang {
 // for it: nothing else starts on them meanwhile.
 struct Reservation {
   std::string job_id;
+  // The job's rank: a hold applies only to jobs ranked after it.
+  int32_t priority = 0;
+  int64_t submit_seq = 0;
   absl::Time start;
   std::vector<std::string> nodes;
   // The running jobs whose ends free those nodes.
@@ -139,8 +142,9 @@ struct ClusterSnapshot {
   // How many blocked jobs get reservations (0: none; jobs are placed
   // greedily in policy order).
   int max_reservations = 0;
-  // Reservations an earlier pass made that still stand: their nodes are held
-  // and they count towards max_reservations (a pass over new jobs only).
+  // Reservations an earlier pass made that still stand (a pass over new jobs
+  // only): their nodes are held from the first job ranked after theirs on,
+  // and they count towards max_reservations.
   std::vector<Reservation> holds;
 };
 
@@ -165,6 +169,10 @@ struct Decisions {
   // The reservations this pass made, in policy order; each reserved job is
   // also in `waiting`, with its own reason saying when and where.
   std::vector<Reservation> reservations;
+  // Holds that no longer stand (a node gone, or taken by a job ranked before
+  // the reserved one): the caller forgets them and decides again in a full
+  // pass.
+  std::vector<std::string> dropped_holds;
 };
 
 // Returns an empty string when `request` fits on `node` now (and fills

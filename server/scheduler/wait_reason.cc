@@ -44,8 +44,9 @@ int64_t GroupMisfits(const FleetIndex& fleet, const Needs& needs,
   int32_t last = -1;
   for (int n = 0; n < fleet.size(); ++n) {
     const FleetIndex::Slot& slot = fleet.slot(fleet.slot_of_node(n));
-    Misfit m = Classify(fleet.node(n).unavailable, slot.free,
-                        layout_gpus[slot.layout], needs);
+    Misfit m = Classify(slot.held != nullptr ? *slot.held
+                                             : fleet.node(n).unavailable,
+                        slot.free, layout_gpus[slot.layout], needs);
     if (m.kind == Misfit::kFits) {
       ++fits;
       continue;

@@ -428,6 +428,9 @@ void BuildQueue(int count, bool with_baseline, Inputs* in) {
     }
   }
   std::mt19937 rng(11);
+  // Time limits (10 min to a day) from a stream of their own: the queue
+  // without reservations stays the one the table above was measured on.
+  std::mt19937 limits(13);
   std::discrete_distribution<int> shape(weights.begin(), weights.end());
   for (int i = 0; i < count; ++i) {
     sched::JobRequest job;
@@ -437,6 +440,7 @@ void BuildQueue(int count, bool with_baseline, Inputs* in) {
     job.submit_seq = i;
     job.resources = requests[shape(rng)];
     job.queue = "default";
+    job.time_limit = absl::Minutes(10 + limits() % 1430);
     if (with_baseline) {
       in->old_queue.push_back(
           {job.job_id, job.priority, job.submit_seq, *job.resources});

@@ -150,6 +150,29 @@ TEST(BackfillTest, JobsBehindAReservationStartOffItsNodes) {
   EXPECT_EQ(starts.count("s2"), 0u);
 }
 
+// A job that ends before a reservation begins may run on its held nodes
+// meanwhile (by its time limit); a longer one may not.
+TEST(BackfillTest, AShortJobRunsOnHeldNodesUntilTheReservation) {
+  Cluster c(4);
+  c.Busy(0, "r0", kNow + absl::Hours(1));
+  c.Busy(1, "r1", kNow + absl::Hours(2));
+  Decisions d = Schedule(
+      c.snap, {Job("big", 4, 8, 10, 1), Job("long", 1, 8, 0, 2, absl::Hours(3)),
+               Job("short", 1, 8, 0, 3, absl::Minutes(30)),
+               Job("short2", 1, 8, 0, 4, absl::Hours(2))});
+  ASSERT_GE(d.reservations.size(), 1u);
+  EXPECT_EQ(d.reservations[0].job_id, "big");
+  EXPECT_EQ(d.reservations[0].start, kNow + absl::Hours(2));
+  auto starts = Starts(d);
+  EXPECT_EQ(starts.count("long"), 0u) << "it would delay the gang";
+  ASSERT_EQ(starts.count("short"), 1u);
+  ASSERT_EQ(starts.count("short2"), 1u) << "ending exactly at the start is fine";
+  EXPECT_NE(starts["short"][0], starts["short2"][0]);
+  for (const auto& [id, nodes] : starts) {
+    EXPECT_TRUE(nodes[0] == "n2" || nodes[0] == "n3") << id << " " << nodes[0];
+  }
+}
+
 // Nothing with a time limit frees enough: no reservation, no hold, and the
 // small jobs run (the gang could not be promised anything).
 TEST(BackfillTest, NoReservationWhereRunningJobsHaveNoLimit) {
@@ -191,6 +214,47 @@ TEST(BackfillTest, HoldsFromAnEarlierPassKeepNewJobsOff) {
   one.snap.holds = first.reservations;
   Decisions none = Schedule(one.snap, {Job("big2", 2, 8, 9, 6)});
   EXPECT_TRUE(none.reservations.empty());
+}
+
+// A new job that outranks a reserved one is placed before the hold applies;
+// if it takes from a held node the reservation is dropped (to be decided
+// again). A hold on a node that is gone is dropped too. Jobs ranked after
+// a hold are told why they wait.
+TEST(BackfillTest, HoldsApplyFromTheirRankOnAndNoLongerStandingOnesAreDropped) {
+  Cluster c(4);
+  c.Busy(0, "r0", kNow + absl::Hours(1));
+  Decisions first = Schedule(c.snap, {Job("big", 4, 8, 5, 1)});
+  ASSERT_EQ(first.reservations.size(), 1u);
+  EXPECT_EQ(first.reservations[0].priority, 5);
+
+  Cluster again(4);
+  again.Busy(0, "r0", kNow + absl::Hours(1));
+  again.snap.holds = first.reservations;
+  Decisions d = Schedule(again.snap, {Job("urgent", 1, 8, 9, 7),
+                                      Job("later", 1, 8, 0, 8)});
+  EXPECT_EQ(Starts(d).count("urgent"), 1u) << "it outranks the reservation";
+  // The rest of big's nodes stay held for jobs ranked after it.
+  EXPECT_EQ(Starts(d).count("later"), 0u);
+  EXPECT_EQ(d.dropped_holds, std::vector<std::string>{"big"});
+
+  Cluster held(4);
+  held.Busy(0, "r0", kNow + absl::Hours(1));
+  held.snap.holds = first.reservations;
+  Decisions waits = Schedule(held.snap, {Job("later", 1, 8, 0, 8)});
+  EXPECT_TRUE(waits.starts.empty());
+  EXPECT_TRUE(waits.dropped_holds.empty());
+  ASSERT_EQ(waits.waiting.size(), 1u);
+  EXPECT_NE(waits.waiting[0].second->find("held for job big's reservation"),
+            std::string::npos)
+      << *waits.waiting[0].second;
+
+  Cluster gone(5);  // n3 is drained, n4 is new
+  gone.Busy(0, "r0", kNow + absl::Hours(1));
+  gone.snap.nodes[3].unavailable = "drained";
+  gone.snap.holds = first.reservations;
+  Decisions dropped = Schedule(gone.snap, {Job("later", 1, 8, 0, 8)});
+  EXPECT_EQ(dropped.dropped_holds, std::vector<std::string>{"big"});
+  EXPECT_EQ(Starts(dropped)["later"], std::vector<std::string>{"n4"});
 }
 
 // Random fleets and traces, every job submitted at time 0, each running
