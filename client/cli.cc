@@ -223,6 +223,14 @@ CommandLine::CommandLine()
       "'xlctl --help'; exit codes too.");
   job_arg(get);
 
+  CLI::App* explain = add(
+      "explain",
+      "Why a job waits and when it may start: its reason (the resources "
+      "missing, in numbers), its reservation and estimated start, its place "
+      "in the queue, the jobs ahead of it (those holding reservations "
+      "first) and how its rank is made.");
+  job_arg(explain);
+
   CLI::App* list = add("list", "List jobs, newest first.");
   list->add_option("--state", inv.list.states,
                    "only jobs in this state (repeatable, or comma-separated): "
@@ -536,6 +544,7 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
   const std::string& c = inv.command;
   if (c == "submit") return commands.Submit(inv.submit);
   if (c == "get") return commands.Get(inv.job_id);
+  if (c == "explain") return commands.Explain(inv.job_id);
   if (c == "list") return commands.List(inv.list);
   if (c == "queue") return commands.Queue();
   if (c == "cancel") return commands.Cancel(inv.job_id, inv.reason);

@@ -202,6 +202,25 @@ absl::Status Commands::Get(const std::string& job_id) {
   return absl::OkStatus();
 }
 
+absl::Status Commands::Explain(const std::string& job_id) {
+  xl::v1::ExplainJobRequest request;
+  request.set_job_id(job_id);
+  xl::v1::ExplainJobResponse response;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->jobs().ExplainJob(context.get(), request, &response);
+  if (!status.ok()) {
+    return connection_->CallError(status, absl::StrCat("explain job ", job_id),
+                                  kJobHint);
+  }
+  if (format_ == OutputFormat::kTable) {
+    *out_ << ExplainText(response, Context());
+  } else {
+    *out_ << RenderMessage(response, format_);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Commands::List(const ListOptions& options) {
   xl::v1::ListJobsRequest request;
   for (const std::string& name : options.states) {

@@ -83,6 +83,7 @@ class Commands {
 
   absl::Status Submit(const SubmitOptions& options);
   absl::Status Get(const std::string& job_id);
+  absl::Status Explain(const std::string& job_id);
   absl::Status List(const ListOptions& options);
   absl::Status Queue();
   absl::Status Cancel(const std::string& job_id, const std::string& reason);

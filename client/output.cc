@@ -495,6 +495,50 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
   return out;
 }
 
+std::string ExplainText(const xl::v1::ExplainJobResponse& e,
+                        const RenderContext& context) {
+  const xl::v1::Job& job = e.job();
+  std::string out = absl::StrCat(
+      "Job ", Printable(job.id()), " (", Printable(job.user()), ", queue ",
+      Printable(job.spec().queue()), ") is ", JobStateName(job.state()));
+  if (e.position() > 0) {
+    absl::StrAppend(&out, ": number ", e.position(), " of ", e.pending(),
+                    " pending jobs in the queue");
+  }
+  absl::StrAppend(&out, "\n");
+  KeyValueBlock block;
+  block.Add("Why", job.reason());
+  if (job.state() == xl::v1::PENDING) {
+    block.Add("Estimated start",
+              job.has_estimated_start_time()
+                  ? TimeWithAge(job.estimated_start_time(), context)
+                  : "no estimate: it holds no reservation (only the first "
+                    "blocked jobs get one; give running jobs time limits)");
+    block.Add("Ahead of it",
+              absl::StrCat(e.position() > 0 ? e.position() - 1 : 0,
+                           " jobs asking for ", e.gpus_ahead(), " GPUs"));
+  }
+  const xl::v1::PriorityBreakdown& p = e.priority();
+  block.Add("Priority", absl::StrCat(p.priority(), " (submit order ",
+                                     p.submit_order(), "); ", p.note()));
+  absl::StrAppend(&out, block.Render());
+  if (e.ahead_size() > 0) {
+    TextTable table({"  AHEAD", "USER", "PRIORITY", "NODES", "GPUS",
+                     "RESERVED FOR"});
+    for (const xl::v1::QueuedJob& q : e.ahead()) {
+      table.AddRow(
+          {absl::StrCat("  ", q.job_id()), OrDash(q.user()),
+           absl::StrCat(q.priority()), absl::StrCat(q.nodes()),
+           absl::StrCat(static_cast<int64_t>(q.nodes()) * q.gpus_per_node()),
+           q.has_estimated_start_time()
+               ? TimeWithAge(q.estimated_start_time(), context)
+               : "-"});
+    }
+    absl::StrAppend(&out, table.Render());
+  }
+  return out;
+}
+
 std::string TrainSpecSummary(const xl::v1::TrainSpec& t) {
   std::string text = absl::StrFormat(
       "MLP %d->%dx%d->%d, batch %d/rank, %d steps, lr %g, precision %s, "

@@ -81,6 +81,11 @@ std::string JobTable(
 // wait, all-reduce bus bandwidth, peak memory and when it was reported.
 std::string JobDetails(const xl::v1::Job& job, const RenderContext& context);
 
+// The `xlctl explain` text: state and reason, estimated start, place in the
+// queue, the jobs ahead (reserved ones marked) and the rank's parts.
+std::string ExplainText(const xl::v1::ExplainJobResponse& explained,
+                        const RenderContext& context);
+
 // The settings of the built-in trainer on one line, with the defaults of
 // job.proto filled in for unset fields: "MLP 256->1024x2->16, batch 64/rank,
 // 100 steps, lr 0.001, precision bf16, device cuda, checkpoint every 50

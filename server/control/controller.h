@@ -120,6 +120,8 @@ class Controller {
   void Submit(const std::string& user, v1::SubmitJobRequest request,
               std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  // The job, its place in the queue and what is ahead of it (O(pending)).
+  absl::StatusOr<v1::ExplainJobResponse> ExplainJob(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(
       const v1::ListJobsRequest& request);
   void Cancel(const std::string& user, const v1::CancelJobRequest& request,

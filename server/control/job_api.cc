@@ -202,6 +202,70 @@ absl::StatusOr<v1::Job> Controller::GetJob(const std::string& job_id) {
   return Visible(*rec);
 }
 
+absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
+    const std::string& job_id) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError("job_id: required; see xlctl list");
+  }
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = jobs_.Find(job_id);
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
+  }
+  v1::ExplainJobResponse out;
+  *out.mutable_job() = Visible(*rec);
+  v1::PriorityBreakdown* p = out.mutable_priority();
+  p->set_priority(rec->job.spec().priority());
+  p->set_submit_order(rec->id);
+  p->set_note(
+      "rank = priority (higher first), then submit order; queue weights, "
+      "fair share and age are not counted yet");
+  if (rec->job.state() != v1::PENDING) return out;
+  // The pending queue is kept in policy order: (-priority, id).
+  const auto& pending = jobs_.pending();
+  out.set_pending(static_cast<int64_t>(pending.size()));
+  std::vector<const JobRecord*> ahead;
+  int64_t position = 0, gpus = 0;
+  for (const auto& [key, other] : pending) {
+    ++position;
+    if (other == rec) break;
+    const auto& r = other->job.spec().resources();
+    gpus += static_cast<int64_t>(r.nodes()) * r.gpus_per_node();
+    ahead.push_back(other);
+  }
+  out.set_position(position);
+  out.set_gpus_ahead(gpus);
+  // Those holding reservations first (they hold nodes), then the nearest.
+  constexpr size_t kShown = 10;
+  std::vector<const JobRecord*> shown;
+  for (const JobRecord* other : ahead) {
+    if (shown.size() < kShown && reservations_.count(other->job.id()) > 0) {
+      shown.push_back(other);
+    }
+  }
+  for (size_t i = ahead.size(); i-- > 0 && shown.size() < kShown;) {
+    if (reservations_.count(ahead[i]->job.id()) == 0) shown.push_back(ahead[i]);
+  }
+  std::sort(shown.begin(), shown.end(), [](const JobRecord* a, const JobRecord* b) {
+    return std::make_pair(-a->job.spec().priority(), a->id) <
+           std::make_pair(-b->job.spec().priority(), b->id);
+  });
+  for (const JobRecord* other : shown) {
+    v1::QueuedJob* q = out.add_ahead();
+    q->set_job_id(other->job.id());
+    q->set_user(other->job.user());
+    q->set_priority(other->job.spec().priority());
+    q->set_nodes(other->job.spec().resources().nodes());
+    q->set_gpus_per_node(other->job.spec().resources().gpus_per_node());
+    auto reserved = reservations_.find(other->job.id());
+    if (reserved != reservations_.end()) {
+      *q->mutable_estimated_start_time() =
+          ToProtoTime(reserved->second.reservation.start);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<v1::ListJobsResponse> Controller::ListJobs(
     const v1::ListJobsRequest& request) {
   int limit = request.page_size();

@@ -79,6 +79,21 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ExplainJob(
+    grpc::CallbackServerContext* ctx, const v1::ExplainJobRequest* request,
+    v1::ExplainJobResponse* response) {
+  auto* reactor = ctx->DefaultReactor();
+  auto who = User(auth_, ctx, "explain job");
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  auto explained = controller_->ExplainJob(request->job_id());
+  if (explained.ok()) auth::RedactJobFor(*who, explained->mutable_job());
+  FinishWith(reactor, std::move(explained), response);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
     grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* request,
     v1::ListJobsResponse* response) {

@@ -31,6 +31,9 @@ class JobServiceImpl : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
                                    const v1::GetJobRequest* request,
                                    v1::Job* response) override;
+  grpc::ServerUnaryReactor* ExplainJob(grpc::CallbackServerContext* ctx,
+                                       const v1::ExplainJobRequest* request,
+                                       v1::ExplainJobResponse* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override;

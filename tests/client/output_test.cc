@@ -244,6 +244,38 @@ TEST(OutputTest, TablesAndDetailsEscapeWhatJobsCarry) {
   EXPECT_EQ(Lines(JobTable(list.jobs(), Utc())).size(), 2u);
 }
 
+TEST(OutputTest, ExplainSaysWhyWhenAndWhatIsAhead) {
+  v1::ExplainJobResponse e;
+  v1::Job* job = e.mutable_job();
+  job->set_id("6");
+  job->set_user("bob");
+  job->mutable_spec()->set_queue("default");
+  job->set_state(v1::PENDING);
+  job->set_reason("needs 1 node x (8 GPUs); 0 fit now");
+  e.set_position(2);
+  e.set_pending(7);
+  e.set_gpus_ahead(16);
+  e.mutable_priority()->set_priority(3);
+  e.mutable_priority()->set_submit_order(6);
+  v1::QueuedJob* q = e.add_ahead();
+  q->set_job_id("5");
+  q->set_user("alice");
+  q->set_priority(5);
+  q->set_nodes(2);
+  q->set_gpus_per_node(8);
+  *q->mutable_estimated_start_time() = xl::ToProtoTime(kNow + absl::Hours(2));
+  std::string text = ExplainText(e, Utc());
+  for (const char* want :
+       {"Job 6 (bob, queue default) is PENDING: number 2 of 7 pending jobs",
+        "needs 1 node x (8 GPUs); 0 fit now", "no estimate",
+        "1 jobs asking for 16 GPUs", "Priority:", "3 (submit order 6)",
+        "AHEAD", "alice", "(in 2h)"}) {
+    EXPECT_THAT(text, HasSubstr(want)) << text;
+  }
+  *job->mutable_estimated_start_time() = xl::ToProtoTime(kNow + absl::Minutes(30));
+  EXPECT_THAT(ExplainText(e, Utc()), HasSubstr("(in 30m)"));
+}
+
 TEST(OutputTest, ShellJoinQuotesWhatNeedsIt) {
   v1::JobSpec spec;
   for (const char* arg : {"python3", "-c", "print('hi there')", ""}) {

@@ -335,6 +335,14 @@ TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
     if (st.ok()) ExpectRedactedFor(w, resp, "GetJob");
     return st;
   });
+  unary("JobService.ExplainJob", kAnyUser, [&](int w, grpc::ClientContext* c) {
+    v1::ExplainJobRequest req;
+    req.set_job_id(job);
+    v1::ExplainJobResponse resp;
+    grpc::Status st = Jobs(w).ExplainJob(c, req, &resp);
+    if (st.ok()) ExpectRedactedFor(w, resp.job(), "ExplainJob");
+    return st;
+  });
   unary("JobService.ListJobs", kAnyUser, [&](int w, grpc::ClientContext* c) {
     v1::ListJobsRequest req;
     v1::ListJobsResponse resp;

@@ -173,6 +173,27 @@ TEST_F(ControllerTest, ABlockedGangIsReservedAndShownWithItsEstimatedStart) {
   EXPECT_EQ(controller_->GetJob(small)->state(), v1::PENDING)
       << "took " << (busy == "a" ? "b" : "a") << ", held for " << big;
   EXPECT_FALSE(controller_->GetJob(small)->has_estimated_start_time());
+
+  // xlctl explain: its place, what is ahead (the reserved gang, with its
+  // estimate), the GPUs asked for ahead, how the rank is made.
+  auto explained = controller_->ExplainJob(small);
+  ASSERT_TRUE(explained.ok()) << explained.status();
+  EXPECT_EQ(explained->position(), 2);
+  EXPECT_EQ(explained->pending(), 2);
+  EXPECT_EQ(explained->gpus_ahead(), 2);
+  ASSERT_EQ(explained->ahead_size(), 1);
+  EXPECT_EQ(explained->ahead(0).job_id(), big);
+  EXPECT_TRUE(explained->ahead(0).has_estimated_start_time());
+  EXPECT_EQ(explained->priority().submit_order(), std::stoll(small));
+  auto first = controller_->ExplainJob(big);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->position(), 1);
+  EXPECT_EQ(first->ahead_size(), 0);
+  auto done = controller_->ExplainJob(running);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->position(), 0);
+  EXPECT_EQ(controller_->ExplainJob("999").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(ControllerTest, IdempotencyKeyGivesOneJobAcrossRestart) {
