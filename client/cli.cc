@@ -201,6 +201,12 @@ CommandLine::CommandLine()
       ->add_option("--env", inv.submit.overrides.env,
                    "KEY=VALUE set in every rank's environment (repeatable)")
       ->allow_extra_args(false);
+  submit
+      ->add_option("--after-ok", inv.submit.overrides.after_ok,
+                   "start only after this job has SUCCEEDED; fail if it "
+                   "ends otherwise (repeatable, or comma-separated)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   submit->add_option("--working-dir", inv.submit.overrides.working_dir,
                      "directory the ranks start in (default: the job file's "
                      "working_dir, else the current directory, as sbatch "

@@ -33,6 +33,8 @@ struct JobOverrides {
   std::optional<std::string> time_limit;
   // "KEY=VALUE" entries, added to (or replacing in) the file's env.
   std::vector<std::string> env;
+  // Job ids added to the file's after_ok: start only after they succeed.
+  std::vector<std::string> after_ok;
   // Absolute or relative to the current directory; empty keeps the file's.
   std::string working_dir;
   // The argv given after `--`; replaces the file's command when not empty.

@@ -284,11 +284,22 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   const absl::Time now = clock_->MonotonicNow();
   const absl::Time mono_now = now;
   const absl::Time wall_now = clock_->Now();
+  // Jobs whose dependencies can never succeed end FAILED after the scan
+  // (ending one changes the pending index being walked).
+  std::vector<std::pair<int64_t, std::string>> unsatisfiable;
   auto add = [&](const JobRecord* rec) {
     if (rec == nullptr || rec->job.state() != v1::PENDING) return;
     if (rec->eligible_mono > now) {
       next_eligible_mono_ = std::min(next_eligible_mono_, rec->eligible_mono);
       return;
+    }
+    if (rec->job.spec().after_ok_size() > 0) {
+      std::string failed;
+      if (!DependencyWait(*rec, &failed).empty()) return;
+      if (!failed.empty()) {
+        unsatisfiable.emplace_back(rec->id, std::move(failed));
+        return;
+      }
     }
     queue->push_back(rec->as_request);
   };
@@ -301,6 +312,9 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   }
   capacity_freed_ = false;
   new_pending_.clear();
+  for (auto& [id, why] : unsatisfiable) {
+    if (JobRecord* rec = jobs_.Find(id)) EndJob(rec, v1::FAILED, why);
+  }
   if (queue->empty()) return;
   snapshot->nodes.reserve(nodes_.all().size());
   for (const auto& [name, node] : nodes_.all()) {

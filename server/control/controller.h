@@ -120,6 +120,7 @@ class Controller {
   void Submit(const std::string& user, v1::SubmitJobRequest request,
               std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  
   // The job, its place in the queue and what is ahead of it (O(pending)).
   absl::StatusOr<v1::ExplainJobResponse> ExplainJob(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(
@@ -276,6 +277,15 @@ class Controller {
   absl::Status SizeFromModel(v1::JobSpec* spec, v1::Plan* plan)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The job as readers see it: committed, with the live reason and metrics.
+  // INVALID_ARGUMENT naming after_ok[i] when a job it waits for does not
+  // exist or can never succeed.
+  absl::Status CheckDependencies(const v1::JobSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a job with after_ok cannot start yet ("waits for job 12 (RUNNING)
+  // to succeed"), or "" when every job it waits for succeeded; "" too when
+  // one never will, with *failed (if given) saying so.
+  std::string DependencyWait(const JobRecord& rec, std::string* failed) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Job Visible(const JobRecord& rec) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -23,6 +23,10 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
     job.set_reason(reason != class_reasons_.end() && !fenced
                        ? *reason->second.second
                        : rec.job.reason());
+    if (rec.job.spec().after_ok_size() > 0) {
+      std::string waits = DependencyWait(rec, nullptr);
+      if (!waits.empty()) job.set_reason(waits);
+    }
     auto reserved = reservations_.find(rec.job.id());
     if (reserved != reservations_.end() && !fenced) {
       if (reserved->second.reason != nullptr) {
@@ -34,6 +38,49 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
   }
   if (rec.job.has_metrics()) *job.mutable_metrics() = rec.job.metrics();
   return job;
+}
+
+absl::Status Controller::CheckDependencies(const v1::JobSpec& spec) {
+  for (int i = 0; i < spec.after_ok_size(); ++i) {
+    const JobRecord* dep = jobs_.Find(spec.after_ok(i));
+    if (dep == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "after_ok[", i, "]: job ", spec.after_ok(i),
+          " does not exist; give the id of a job xlctl list shows"));
+    }
+    const v1::JobState st = dep->job.state();
+    if (st == v1::FAILED || st == v1::CANCELLED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "after_ok[", i, "]: job ", spec.after_ok(i), " ended ",
+          v1::JobState_Name(st), " and can never succeed; drop it from "
+          "after_ok or submit again after a new run of it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Controller::DependencyWait(const JobRecord& rec,
+                                       std::string* failed) const {
+  for (const std::string& id : rec.job.spec().after_ok()) {
+    const JobRecord* dep = jobs_.Find(id);
+    const v1::JobState st =
+        dep == nullptr ? v1::JOB_STATE_UNSPECIFIED : dep->job.state();
+    if (st == v1::SUCCEEDED) continue;
+    if (dep == nullptr || st == v1::FAILED || st == v1::CANCELLED) {
+      if (failed != nullptr) {
+        *failed = absl::StrCat(
+            "job ", id, dep == nullptr ? " is gone (forgotten after it ended)"
+                                       : absl::StrCat(" ended ",
+                                                      v1::JobState_Name(st)),
+            ", so this job, which waits for it to succeed (after_ok), never "
+            "will run; submit it again when its dependency succeeds");
+      }
+      return "";
+    }
+    return absl::StrCat("waits for job ", id, " (", v1::JobState_Name(st),
+                        ") to succeed (after_ok)");
+  }
+  return "";
 }
 
 void Controller::Submit(
@@ -93,6 +140,8 @@ void Controller::Submit(
                       }
                     });
       return;
+    } else if (absl::Status d = CheckDependencies(spec); !d.ok()) {
+      refused = std::move(d);
     } else if (absl::Status q = quota_.Admit(
                    user, jobs_.PendingOf(user) + SubmittingOf(user),
                    clock_->MonotonicNow());

@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/text.h"
@@ -187,6 +188,19 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
                  absl::StrCat("names '", Shown(spec->secret_env(i)),
                               "', which is not in env; list only the names "
                               "of env entries whose values are secret"));
+    }
+  }
+  if (spec->after_ok_size() > 64) {
+    return Bad("after_ok", absl::StrCat("lists ", spec->after_ok_size(),
+                                        " jobs; at most 64"));
+  }
+  for (int i = 0; i < spec->after_ok_size(); ++i) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(spec->after_ok(i), &id) || id <= 0) {
+      return Bad(absl::StrCat("after_ok[", i, "]"),
+                 absl::StrCat("'", Shown(spec->after_ok(i)),
+                              "' is not a job id; give ids as xlctl list "
+                              "shows them"));
     }
   }
   auto* r = spec->mutable_resources();

@@ -73,6 +73,12 @@ class JobTable {
 
   JobRecord* Find(int64_t id);
   JobRecord* Find(const std::string& id) { return Find(ParseId(id)); }
+  const JobRecord* Find(int64_t id) const {
+    return const_cast<JobTable*>(this)->Find(id);
+  }
+  const JobRecord* Find(const std::string& id) const {
+    return Find(ParseId(id));
+  }
   // Adds a record (its id set) and indexes it by state and key.
   JobRecord& Insert(JobRecord rec);
   // Forgets a finished job (retention).

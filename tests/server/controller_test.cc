@@ -196,6 +196,76 @@ TEST_F(ControllerTest, ABlockedGangIsReservedAndShownWithItsEstimatedStart) {
             absl::StatusCode::kNotFound);
 }
 
+// after_ok: a job waits for others to succeed, saying so; it fails when
+// one cannot; a dependency that does not exist or already failed is
+// refused at submit, naming the field, and nothing is stored.
+TEST_F(ControllerTest, AfterOkWaitsForSuccessAndFailsWhenItCannotHappen) {
+  auto a = AddNode("a", 1);
+  std::string first = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(v1::SchedulerMessage::kStartRanks);
+  auto submit_after = [&](const std::vector<std::string>& deps) {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->add_command("/bin/true");
+    for (const auto& d : deps) req.mutable_spec()->add_after_ok(d);
+    return SubmitRequest(req);
+  };
+  auto then = submit_after({first});
+  ASSERT_TRUE(then.ok()) << then.status();
+  controller_->Tick();
+  Settle();
+  v1::Job waiting = *controller_->GetJob(then->job_id());
+  EXPECT_EQ(waiting.state(), v1::PENDING) << "it needs no GPU, only job " << first;
+  EXPECT_NE(waiting.reason().find("waits for job " + first), std::string::npos)
+      << waiting.reason();
+
+  // A second one waits for a pending job that is then cancelled.
+  std::string blocked = Submit(1, 1);  // waits for the only GPU
+  auto doomed = submit_after({blocked});
+  ASSERT_TRUE(doomed.ok());
+  {
+    absl::Mutex mu;
+    bool done = false;
+    v1::CancelJobRequest req;
+    req.set_job_id(blocked);
+    controller_->Cancel("alice", req, [&](absl::StatusOr<v1::Job>) {
+      absl::MutexLock l(&mu);
+      done = true;
+    });
+    absl::MutexLock l(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  controller_->Tick();
+  EXPECT_EQ(WaitState(doomed->job_id(), v1::FAILED), v1::FAILED);
+  EXPECT_NE(controller_->GetJob(doomed->job_id())->reason().find(
+                "job " + blocked + " ended CANCELLED"),
+            std::string::npos)
+      << controller_->GetJob(doomed->job_id())->reason();
+
+  // The first succeeds: the waiting job starts.
+  Report("a", a.get(), first, 1, 0, v1::RANK_RUNNING);
+  Report("a", a.get(), first, 1, 0, v1::RANK_EXITED, 0);
+  EXPECT_EQ(WaitState(first, v1::SUCCEEDED), v1::SUCCEEDED);
+  controller_->Tick();
+  Settle();
+  EXPECT_NE(controller_->GetJob(then->job_id())->state(), v1::PENDING)
+      << controller_->GetJob(then->job_id())->reason();
+
+  // Refused at submit, naming the field; nothing stored.
+  const int64_t before = controller_->ListJobs(v1::ListJobsRequest())->jobs_size();
+  auto missing = submit_after({"999"});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.status().message().rfind("after_ok[0]: job 999", 0), 0u)
+      << missing.status();
+  auto hopeless = submit_after({first, blocked});
+  EXPECT_EQ(hopeless.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(hopeless.status().message().find("after_ok[1]"), std::string::npos)
+      << hopeless.status();
+  auto garbage = submit_after({"x; rm"});
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller_->ListJobs(v1::ListJobsRequest())->jobs_size(), before);
+}
+
 TEST_F(ControllerTest, IdempotencyKeyGivesOneJobAcrossRestart) {
   std::string first = Submit(1, 0, "key-1");
   std::string again = Submit(1, 0, "key-1");
