@@ -11,7 +11,8 @@
 // GetQueue, WatchJob (ReadEvents), GetJobMetrics, ListNodes, GetNode,
 // DrainNode, ResumeNode, the agent stream's Register and messages
 // (Heartbeat, RankStatus, LogChunk, TrainMetrics), its end, Rendezvous
-// Put/Get, PlanResources, StreamLogs (the store's ReadLogs), a tick of the
+// Put/Get, PlanResources, StreamLogs (the store's ReadLogs), ExplainJob,
+// a tick of the
 // loop with the clock moved on, and "echo": each fake agent reports the
 // ranks it was last asked to start as running or exited, so fuzzed jobs
 // reach every state. A rendezvous scope left empty is filled with the last
@@ -390,6 +391,17 @@ void World::Run(uint8_t op, const std::string& payload) {
       auto logs = store_->ReadLogs(id, req.after_seq(),
                                    req.all_ranks() ? -1 : req.rank(), 256);
       CheckCode(logs.status(), "StreamLogs");
+      return;
+    }
+    case 20: {
+      v1::ExplainJobRequest req;
+      if (!Parse(op, payload, &req)) return;
+      auto explained = controller_->ExplainJob(req.job_id());
+      CheckCode(explained.status(), "ExplainJob");
+      if (explained.ok()) {
+        XL_FUZZ_CHECK(explained->position() <= explained->pending(),
+                      explained->DebugString());
+      }
       return;
     }
     default:
