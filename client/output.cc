@@ -422,6 +422,9 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
   block.Add("User", job.user());
   block.Add("Queue", spec.queue());
   block.Add("Priority", absl::StrCat(spec.priority()));
+  if (!spec.after_ok().empty()) {
+    block.Add("After OK", absl::StrJoin(spec.after_ok(), ", "));
+  }
   block.Add("State", JobStateName(job.state()));
   block.Add("Attempt", absl::StrCat(job.attempt(), " (max retries ",
                                     spec.max_retries(), ")"));
@@ -508,15 +511,18 @@ std::string ExplainText(const xl::v1::ExplainJobResponse& e,
   absl::StrAppend(&out, "\n");
   KeyValueBlock block;
   block.Add("Why", job.reason());
-  if (job.state() == xl::v1::PENDING) {
+  if (job.state() == xl::v1::PENDING && e.position() == 0) {
+    block.Add("Estimated start",
+              "none: it is not in the queue yet (see Why: it waits for a "
+              "job it depends on, or for its retry's back-off)");
+  } else if (job.state() == xl::v1::PENDING) {
     block.Add("Estimated start",
               job.has_estimated_start_time()
                   ? TimeWithAge(job.estimated_start_time(), context)
                   : "no estimate: it holds no reservation (only the first "
                     "blocked jobs get one; give running jobs time limits)");
-    block.Add("Ahead of it",
-              absl::StrCat(e.position() > 0 ? e.position() - 1 : 0,
-                           " jobs asking for ", e.gpus_ahead(), " GPUs"));
+    block.Add("Ahead of it", absl::StrCat(e.position() - 1, " jobs asking for ",
+                                          e.gpus_ahead(), " GPUs"));
   }
   const xl::v1::PriorityBreakdown& p = e.priority();
   block.Add("Priority", absl::StrCat(p.priority(), " (submit order ",

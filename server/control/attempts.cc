@@ -193,12 +193,6 @@ void Controller::EndJob(JobRecord* rec, v1::JobState to,
                         const std::string& reason,
                         std::function<void(absl::Status)> answer) {
   const bool was_active = state::JobTable::IsActive(rec->job.state());
-  // Jobs that wait for this one (after_ok) are looked at again by the next
-  // full pass; a job that ends from running frees capacity, which makes one.
-  if (!was_active) {
-    capacity_freed_ = true;
-    pass_needed_ = true;
-  }
   Sends stops;
   if (was_active && to != v1::SUCCEEDED) stops = StopMessages(*rec, reason);
   auto e = Transition(rec, to, reason);
@@ -212,6 +206,7 @@ void Controller::EndJob(JobRecord* rec, v1::JobState to,
   }
   CommitJob(rec, {*e}, nullptr, [stops = std::move(stops)] { SendAll(stops); },
             std::move(answer));
+  WakeDependents(*rec);
 }
 
 void Controller::FailAttempt(JobRecord* rec, const std::string& why,

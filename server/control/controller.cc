@@ -96,6 +96,9 @@ void Controller::LoadModel(store::StoredState state) {
       }
     }
     JobRecord& stored = jobs_.Insert(std::move(rec));
+    if (!state::JobTable::IsTerminal(stored.job.state())) {
+      NoteDependencies(stored);
+    }
     if (state::JobTable::IsActive(stored.job.state())) {
       // Elapsed running time before the restart comes from the wall clock,
       // the only reading that survives a restart.
@@ -496,6 +499,17 @@ void Controller::RunRetention() {
     // Only committed endings count: a job whose ending is in flight waits.
     if (!rec.committed || !state::JobTable::IsTerminal(rec.committed->state())) {
       continue;
+    }
+    // A job that an unfinished job's after_ok names is kept: forgetting it
+    // would fail that job (at a pass, or when it is requeued).
+    if (auto dep = dependents_.find(id); dep != dependents_.end()) {
+      const bool named = std::any_of(
+          dep->second.begin(), dep->second.end(), [&](int64_t d) {
+            const JobRecord* r = jobs_.Find(d);
+            return r != nullptr && !state::JobTable::IsTerminal(r->job.state());
+          });
+      if (named) continue;
+      dependents_.erase(dep);
     }
     finished.push_back({id, FromProto(rec.job.end_time()), rec.log_bytes});
   }

@@ -277,6 +277,12 @@ class Controller {
   absl::Status SizeFromModel(v1::JobSpec* spec, v1::Plan* plan)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The job as readers see it: committed, with the live reason and metrics.
+  // Records that `rec` waits for the jobs in its after_ok (reverse index).
+  void NoteDependencies(const JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rec` ended: its dependents that still wait are failed now (a failure
+  // goes down the chain at once, not one pass per link) or, if it
+  // SUCCEEDED, looked at by the next pass.
+  void WakeDependents(const JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // INVALID_ARGUMENT naming after_ok[i] when a job it waits for does not
   // exist or can never succeed.
   absl::Status CheckDependencies(const v1::JobSpec& spec)
@@ -330,6 +336,11 @@ class Controller {
     std::shared_ptr<const std::string> reason;
   };
   std::map<std::string, Reserved> reservations_ ABSL_GUARDED_BY(mu_);
+  // Job id -> the ids of jobs whose after_ok names it; pruned by retention
+  // once none of them can look at it again, and when it fails.
+  std::map<int64_t, std::vector<int64_t>> dependents_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> wake_work_ ABSL_GUARDED_BY(mu_);
+  bool waking_ ABSL_GUARDED_BY(mu_) = false;
   bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;
   // The earliest time a fenced pending job may start.
   absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

@@ -59,8 +59,52 @@ absl::Status Controller::CheckDependencies(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
+void Controller::NoteDependencies(const JobRecord& rec) {
+  for (const std::string& id : rec.job.spec().after_ok()) {
+    int64_t dep = 0;
+    if (absl::SimpleAtoi(id, &dep)) dependents_[dep].push_back(rec.id);
+  }
+}
+
+void Controller::WakeDependents(const JobRecord& ended) {
+  // A worklist, not recursion: EndJob calls back in here, and a chain of
+  // 10,000 dependents fails in one go without 10,000 stack frames.
+  wake_work_.push_back(ended.id);
+  if (waking_) return;
+  waking_ = true;
+  while (!wake_work_.empty()) {
+    const int64_t id = wake_work_.back();
+    wake_work_.pop_back();
+    auto it = dependents_.find(id);
+    if (it == dependents_.end()) continue;
+    const JobRecord* done = jobs_.Find(id);
+    const bool succeeded =
+        done != nullptr && done->job.state() == v1::SUCCEEDED;
+    // After a success the entry stays (retention keeps the job while a
+    // dependent may still look at it); after a failure it goes.
+    std::vector<int64_t> waiting = it->second;
+    if (!succeeded) dependents_.erase(it);
+    for (int64_t dependent : waiting) {
+      JobRecord* rec = jobs_.Find(dependent);
+      if (rec == nullptr || rec->job.state() != v1::PENDING) continue;
+      if (succeeded) {
+        // Looked at by the next pass (a pass over new jobs suffices).
+        new_pending_.push_back(dependent);
+        pass_needed_ = true;
+        continue;
+      }
+      std::string failed;
+      DependencyWait(*rec, &failed);
+      if (!failed.empty()) EndJob(rec, v1::FAILED, failed);
+    }
+  }
+  waking_ = false;
+}
+
 std::string Controller::DependencyWait(const JobRecord& rec,
                                        std::string* failed) const {
+  // One that can never succeed decides, wherever it is in the list.
+  std::string waits;
   for (const std::string& id : rec.job.spec().after_ok()) {
     const JobRecord* dep = jobs_.Find(id);
     const v1::JobState st =
@@ -77,10 +121,12 @@ std::string Controller::DependencyWait(const JobRecord& rec,
       }
       return "";
     }
-    return absl::StrCat("waits for job ", id, " (", v1::JobState_Name(st),
-                        ") to succeed (after_ok)");
+    if (waits.empty()) {
+      waits = absl::StrCat("waits for job ", id, " (", v1::JobState_Name(st),
+                           ") to succeed (after_ok)");
+    }
   }
-  return "";
+  return waits;
 }
 
 void Controller::Submit(
@@ -216,7 +262,7 @@ void Controller::Submit(
           if (generation == generation_ && jobs_.Find(id) == nullptr) {
             rec->committed_event_seq = 1;
             rec->committed = std::make_shared<const v1::Job>(rec->job);
-            jobs_.Insert(std::move(*rec));
+            NoteDependencies(jobs_.Insert(std::move(*rec)));
             new_pending_.push_back(id);
             pass_needed_ = true;
             wake_ = true;
@@ -270,19 +316,32 @@ absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
       "rank = priority (higher first), then submit order; queue weights, "
       "fair share and age are not counted yet");
   if (rec->job.state() != v1::PENDING) return out;
-  // The pending queue is kept in policy order: (-priority, id).
-  const auto& pending = jobs_.pending();
-  out.set_pending(static_cast<int64_t>(pending.size()));
+  // The queue the scheduler sees, in its order (-priority, id): pending
+  // jobs that are neither fenced (a retry's back-off) nor waiting for
+  // their after_ok. A job that is one of those has no place in it yet.
+  const absl::Time now = clock_->MonotonicNow();
+  auto in_queue = [&](const JobRecord& r) {
+    return r.eligible_mono <= now &&
+           (r.job.spec().after_ok_size() == 0 ||
+            DependencyWait(r, nullptr).empty());
+  };
+  const bool queued = in_queue(*rec);
   std::vector<const JobRecord*> ahead;
-  int64_t position = 0, gpus = 0;
-  for (const auto& [key, other] : pending) {
+  int64_t position = 0, pending = 0, gpus = 0;
+  bool passed = false;
+  for (const auto& [key, other] : jobs_.pending()) {
+    if (other == rec) passed = true;
+    if (!in_queue(*other)) continue;
+    ++pending;
+    if (passed) continue;
     ++position;
-    if (other == rec) break;
     const auto& r = other->job.spec().resources();
     gpus += static_cast<int64_t>(r.nodes()) * r.gpus_per_node();
     ahead.push_back(other);
   }
-  out.set_position(position);
+  out.set_pending(pending);
+  if (!queued) return out;
+  out.set_position(position + 1);
   out.set_gpus_ahead(gpus);
   // Those holding reservations first (they hold nodes), then the nearest.
   constexpr size_t kShown = 10;

@@ -194,6 +194,7 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
     return Bad("after_ok", absl::StrCat("lists ", spec->after_ok_size(),
                                         " jobs; at most 64"));
   }
+  std::set<int64_t> deps;
   for (int i = 0; i < spec->after_ok_size(); ++i) {
     int64_t id = 0;
     if (!absl::SimpleAtoi(spec->after_ok(i), &id) || id <= 0) {
@@ -202,6 +203,12 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
                               "' is not a job id; give ids as xlctl list "
                               "shows them"));
     }
+    deps.insert(id);
+  }
+  // Stored as the ids read ("012" is 12), each once.
+  if (spec->after_ok_size() > 0) {
+    spec->clear_after_ok();
+    for (int64_t id : deps) spec->add_after_ok(absl::StrCat(id));
   }
   auto* r = spec->mutable_resources();
   if (r->nodes() < 0 || r->nodes() > kMaxNodes) {

@@ -219,10 +219,19 @@ TEST_F(ControllerTest, AfterOkWaitsForSuccessAndFailsWhenItCannotHappen) {
   EXPECT_NE(waiting.reason().find("waits for job " + first), std::string::npos)
       << waiting.reason();
 
-  // A second one waits for a pending job that is then cancelled.
+  // A dependent is not in the queue yet: explain says so.
+  auto explained = controller_->ExplainJob(then->job_id());
+  ASSERT_TRUE(explained.ok());
+  EXPECT_EQ(explained->position(), 0);
+
+  // A chain waits for a pending job that is then cancelled: the whole
+  // chain fails at once, without a pass per link.
   std::string blocked = Submit(1, 1);  // waits for the only GPU
   auto doomed = submit_after({blocked});
   ASSERT_TRUE(doomed.ok());
+  auto doomed2 = submit_after({doomed->job_id(), "0" + first});
+  ASSERT_TRUE(doomed2.ok()) << doomed2.status();
+  EXPECT_EQ(controller_->GetJob(doomed2->job_id())->spec().after_ok_size(), 2);
   {
     absl::Mutex mu;
     bool done = false;
@@ -235,8 +244,8 @@ TEST_F(ControllerTest, AfterOkWaitsForSuccessAndFailsWhenItCannotHappen) {
     absl::MutexLock l(&mu);
     mu.Await(absl::Condition(&done));
   }
-  controller_->Tick();
   EXPECT_EQ(WaitState(doomed->job_id(), v1::FAILED), v1::FAILED);
+  EXPECT_EQ(WaitState(doomed2->job_id(), v1::FAILED), v1::FAILED);
   EXPECT_NE(controller_->GetJob(doomed->job_id())->reason().find(
                 "job " + blocked + " ended CANCELLED"),
             std::string::npos)
