@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/text.h"
 #include "xl/v1/job.pb.h"
 #include "xl/v1/node.pb.h"
 #include "xl/v1/scheduler.pb.h"
@@ -45,16 +46,6 @@ std::string RenderMessage(const google::protobuf::Message& message,
 std::string RenderStreamItem(const google::protobuf::Message& message,
                              OutputFormat format);
 
-// `text` made safe to print on a terminal: C0 control characters (newline
-// included), DEL and the C1 controls U+0080..U+009F become visible escapes
-// (\n, \t, \r, \e, \xNN, \u009b) and bytes that are not UTF-8 become \xNN;
-// so do the characters that reorder or hide text (bidi overrides and
-// isolates U+202A..U+202E, U+2066..U+2069, zero-width U+200B..U+200F, line
-// and paragraph separators, U+FEFF); other UTF-8 passes unchanged. Escaping
-// twice changes nothing. Job names, arguments, environment
-// values and reasons come from other users: a table must never let them
-// move the cursor, retitle the window or write the clipboard (OSC 52).
-std::string Printable(absl::string_view text);
 
 // "PENDING", ..., or "-" for JOB_STATE_UNSPECIFIED.
 std::string JobStateName(xl::v1::JobState state);

@@ -338,7 +338,9 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
       gang.nodes.push_back(a.node());
       gang.gpus += a.gpu_indices_size();
       // What the ledger still holds for it there (ranks that ended early
-      // gave theirs back already, and may not be given back twice).
+      // gave theirs back already, and may not be given back twice); only
+      // reservations read it.
+      if (opts_.reservations == 0) continue;
       if (const state::Hold* hold =
               ledger_.FindHold(a.node(), id, rec->job.attempt())) {
         gang.shares.push_back(hold->share);

@@ -277,6 +277,10 @@ class Controller {
   absl::Status SizeFromModel(v1::JobSpec* spec, v1::Plan* plan)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The job as readers see it: committed, with the live reason and metrics.
+  // The job named by an API call: INVALID_ARGUMENT when the id is empty,
+  // NOT_FOUND when there is no such job.
+  absl::StatusOr<const JobRecord*> FindJob(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that `rec` waits for the jobs in its after_ok (reverse index).
   void NoteDependencies(const JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rec` ended: its dependents that still wait are failed now (a failure

@@ -285,28 +285,28 @@ void Controller::DoneSubmitting(const std::string& user) {
   if (it != submitting_.end() && --it->second <= 0) submitting_.erase(it);
 }
 
-absl::StatusOr<v1::Job> Controller::GetJob(const std::string& job_id) {
+absl::StatusOr<const state::JobRecord*> Controller::FindJob(
+    const std::string& job_id) const {
   if (job_id.empty()) {
     return absl::InvalidArgumentError("job_id: required; see xlctl list");
   }
-  absl::MutexLock lock(&mu_);
-  JobRecord* rec = jobs_.Find(job_id);
+  const JobRecord* rec = jobs_.Find(job_id);
   if (rec == nullptr) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
   }
+  return rec;
+}
+
+absl::StatusOr<v1::Job> Controller::GetJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const JobRecord* rec, FindJob(job_id));
   return Visible(*rec);
 }
 
 absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
     const std::string& job_id) {
-  if (job_id.empty()) {
-    return absl::InvalidArgumentError("job_id: required; see xlctl list");
-  }
   absl::MutexLock lock(&mu_);
-  JobRecord* rec = jobs_.Find(job_id);
-  if (rec == nullptr) {
-    return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
-  }
+  ASSIGN_OR_RETURN(const JobRecord* rec, FindJob(job_id));
   v1::ExplainJobResponse out;
   *out.mutable_job() = Visible(*rec);
   v1::PriorityBreakdown* p = out.mutable_priority();

@@ -568,11 +568,26 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     return a < b;
   });
   FleetIndex fleet(snapshot.nodes);
-  std::unique_ptr<Reserver> reserver;
   int reservations_left = snapshot.max_reservations;
-  if (reservations_left > 0) {
-    reserver = std::make_unique<Reserver>(snapshot, &fleet);
-  }
+  Decisions out;
+  // Made when first needed (a hold to apply, a blocked job), so a pass
+  // where everything fits copies no nodes; it then catches up with the
+  // jobs started so far (their limits are kept until then).
+  std::unique_ptr<Reserver> reserver;
+  std::vector<absl::Duration> started_limits;
+  auto reserving = [&]() -> Reserver* {
+    if (snapshot.max_reservations <= 0) return nullptr;
+    if (reserver == nullptr) {
+      reserver = std::make_unique<Reserver>(snapshot, &fleet);
+      JobRequest started;
+      for (size_t k = 0; k < out.starts.size(); ++k) {
+        started.job_id = out.starts[k].first;
+        started.time_limit = started_limits[k];
+        reserver->Started(started, out.starts[k].second);
+      }
+    }
+    return reserver.get();
+  };
   // Earlier reservations hold their nodes from the first job ranked after
   // theirs on: a new job that outranks one may still take its nodes (and
   // the reservation is dropped, to be decided again).
@@ -585,14 +600,13 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
                                 : a->submit_seq < b->submit_seq;
                    });
   size_t next_hold = 0;
-  Decisions out;
   auto apply_hold = [&](const Reservation& r) {
-    if (reserver == nullptr || reservations_left <= 0) {
+    if (reservations_left <= 0) {
       out.dropped_holds.push_back(r.job_id);
       return;
     }
     --reservations_left;
-    if (!reserver->Hold(r)) out.dropped_holds.push_back(r.job_id);
+    if (!reserving()->Hold(r)) out.dropped_holds.push_back(r.job_id);
   };
   ClassTable classes;
   out.waiting.reserve(queue.size());
@@ -621,7 +635,11 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
               ShareOf(fleet.node_at(pick.slot), pick.gpus, c.live->needs()));
           fleet.Take(pick.slot, pick.gpus, c.live->needs());
         }
-        if (reserver != nullptr) reserver->Started(job, placement);
+        if (reserver != nullptr) {
+          reserver->Started(job, placement);
+        } else {
+          started_limits.push_back(job.time_limit);
+        }
         out.starts.emplace_back(std::move(job.job_id), std::move(placement));
         continue;
       }
@@ -630,6 +648,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       c.reason = std::make_shared<const std::string>(c.live->WhyNot());
       c.live.reset();
     }
+    // Only where something is held can a job backfill onto held nodes.
     if (reserver != nullptr) {
       Placement placement;
       if (reserver->BackfillOnHeld(job, &placement)) {
@@ -640,7 +659,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     }
     if (reservations_left > 0) {
       Reservation r;
-      if (reserver->Reserve(job, &r)) {
+      if (reserving()->Reserve(job, &r)) {
         --reservations_left;
         out.waiting.emplace_back(
             job.job_id, std::make_shared<const std::string>(absl::StrCat(
