@@ -85,6 +85,18 @@ struct CommandLine::Flags {
   CLI::Option* wait_timeout_opt = nullptr;
   CLI::Option* top_interval_opt = nullptr;
   CLI::App* token_cmd = nullptr;
+  CLI::App* queue_cmd = nullptr;
+  double queue_weight = 0;
+  std::string queue_cohort, queue_default_time, queue_max_time;
+  int64_t queue_user_gpus = 0, queue_user_pending = 0;
+  int32_t queue_max_priority = 0;
+  CLI::Option* queue_weight_opt = nullptr;
+  CLI::Option* queue_cohort_opt = nullptr;
+  CLI::Option* queue_default_time_opt = nullptr;
+  CLI::Option* queue_max_time_opt = nullptr;
+  CLI::Option* queue_user_gpus_opt = nullptr;
+  CLI::Option* queue_user_pending_opt = nullptr;
+  CLI::Option* queue_max_priority_opt = nullptr;
   // The argv after `--` (submit only).
   std::vector<std::string> after_dashes;
   bool saw_dashes = false;
@@ -253,9 +265,74 @@ CommandLine::CommandLine()
   list->add_flag("--all-pages", inv.list.all_pages,
                  "fetch every page, not only the first");
 
-  add("queue",
-      "Show every queue's pending and running jobs and GPUs, and the "
-      "cluster's totals.");
+  CLI::App* queue = add(
+      "queue",
+      "Without a subcommand: every queue's pending and running jobs and "
+      "GPUs, and the cluster's totals. With one: the queues as objects "
+      "(weight, quotas, limits); set, apply and delete are for admins.");
+  queue->require_subcommand(0, 1);
+  queue->add_subcommand("list",
+                        "Every queue: weight, cohort, GPUs in use against "
+                        "its quotas, borrowed GPUs, jobs, limits.");
+  CLI::App* queue_show =
+      queue->add_subcommand("show", "One queue's spec and what it uses.");
+  queue_show->add_option("NAME", inv.queue.name, "the queue")->required();
+  CLI::App* queue_set = queue->add_subcommand(
+      "set",
+      "Create a queue, or change the flags given of an existing one (the "
+      "others keep their values). Admins.");
+  queue_set->add_option("NAME", inv.queue.name, "the queue")->required();
+  f.queue_weight_opt = queue_set->add_option(
+      "--weight", f.queue_weight,
+      "fair share against other queues (default 1)");
+  f.queue_cohort_opt = queue_set->add_option(
+      "--cohort", f.queue_cohort,
+      "queues of one cohort lend each other unused quota (\"\" for none)");
+  queue_set->add_option(
+      "--quota", inv.queue.quotas,
+      "MODEL=GPUS[,borrow=N][,lend=N] (repeatable; replaces all quotas): "
+      "GPUS guaranteed, at most N borrowed from the cohort, at most N "
+      "lent; MODEL as xlctl nodes shows it, or * for any other model");
+  queue_set->add_flag("--no-quotas", inv.queue.no_quotas,
+                      "drop every quota: the queue may use any GPU");
+  f.queue_default_time_opt = queue_set->add_option(
+      "--default-time-limit", f.queue_default_time,
+      "time limit of jobs that give none, like 4h or 2d (0: none)");
+  f.queue_max_time_opt = queue_set->add_option(
+      "--max-time-limit", f.queue_max_time,
+      "longer jobs are refused at submit, like 3d (0: no maximum)");
+  f.queue_user_gpus_opt = queue_set->add_option(
+      "--max-running-gpus-per-user", f.queue_user_gpus,
+      "GPUs one user's running jobs may hold in the queue (0: no limit)");
+  f.queue_user_pending_opt = queue_set->add_option(
+      "--max-pending-per-user", f.queue_user_pending,
+      "pending jobs one user may have in the queue (0: no limit)");
+  f.queue_max_priority_opt = queue_set->add_option(
+      "--max-priority", f.queue_max_priority,
+      "jobs asking for a higher priority are refused");
+  queue_set->add_flag("--no-max-priority", inv.queue.no_max_priority,
+                      "drop the priority cap");
+  CLI::App* queue_apply = queue->add_subcommand(
+      "apply",
+      "Create or update the queues of a YAML file ({queues: [{name, weight, "
+      "cohort, quotas: [{gpu_model, nominal_gpus, borrowing_limit_gpus, "
+      "lending_limit_gpus}], ...}]}; see README \"Queues\"). Admins.");
+  queue_apply->add_option("FILE", inv.queue.file, "the queues file")
+      ->required()
+      ->check(CLI::ExistingFile);
+  CLI::App* queue_delete = queue->add_subcommand(
+      "delete", "Delete a queue without pending or running jobs. Admins.");
+  queue_delete->add_option("NAME", inv.queue.name, "the queue")->required();
+  CLI::App* queue_history = queue->add_subcommand(
+      "history", "Recorded changes to queues, newest first.");
+  queue_history->add_option("NAME", inv.queue.name,
+                            "only this queue's changes");
+  f.queue_cmd = queue;
+
+  add("share",
+      "Fair share, as Slurm's sshare: every queue's and user's share, "
+      "decayed GPU-hours, part of all usage, and fair-share factor, with "
+      "how they make a pending job's effective priority.");
 
   CLI::App* cancel = add("cancel",
                          "Cancel a job: its ranks get SIGTERM, then "
@@ -478,6 +555,27 @@ void CommandLine::Resolve() {
       if (sub->parsed()) inv.token_cmd.verb = sub->get_name();
     }
   }
+  if (inv.command == "queue") {
+    for (CLI::App* sub : f.queue_cmd->get_subcommands()) {
+      if (sub->parsed()) inv.queue.verb = sub->get_name();
+    }
+    QueueOptions& q = inv.queue;
+    if (f.queue_weight_opt->count() > 0) q.weight = f.queue_weight;
+    if (f.queue_cohort_opt->count() > 0) q.cohort = f.queue_cohort;
+    if (f.queue_default_time_opt->count() > 0) {
+      q.default_time_limit = f.queue_default_time;
+    }
+    if (f.queue_max_time_opt->count() > 0) q.max_time_limit = f.queue_max_time;
+    if (f.queue_user_gpus_opt->count() > 0) {
+      q.max_running_gpus_per_user = f.queue_user_gpus;
+    }
+    if (f.queue_user_pending_opt->count() > 0) {
+      q.max_pending_jobs_per_user = f.queue_user_pending;
+    }
+    if (f.queue_max_priority_opt->count() > 0) {
+      q.max_priority = f.queue_max_priority;
+    }
+  }
   inv.user = ResolveUser(inv.user);
   JobOverrides& o = inv.submit.overrides;
   if (f.name_opt->count() > 0) o.name = f.name;
@@ -552,7 +650,8 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
   if (c == "get") return commands.Get(inv.job_id);
   if (c == "explain") return commands.Explain(inv.job_id);
   if (c == "list") return commands.List(inv.list);
-  if (c == "queue") return commands.Queue();
+  if (c == "queue") return commands.QueueCommand(inv.queue);
+  if (c == "share") return commands.Share();
   if (c == "cancel") return commands.Cancel(inv.job_id, inv.reason);
   if (c == "logs") return commands.Logs(inv.job_id, inv.logs);
   if (c == "watch") return commands.Watch(inv.job_id);

@@ -65,6 +65,8 @@ struct Invocation {
   // The flags of plan, as given.
   PlanFlags plan;
   TokenFlags token_cmd;
+  // xlctl queue and its subcommands.
+  QueueOptions queue;
 };
 
 class CommandLine {

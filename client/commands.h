@@ -22,6 +22,7 @@
 #include "client/plan_command.h"
 #include "common/clock.h"
 #include "xl/v1/job.pb.h"
+#include "xl/v1/queue.pb.h"
 
 namespace xl::client {
 
@@ -62,6 +63,29 @@ struct TopOptions {
   bool interval_given = false;
 };
 
+// xlctl queue [list|show|set|apply|delete|history] and its flags.
+struct QueueOptions {
+  // "" (the summary of pending and running work), "list", "show", "set",
+  // "apply", "delete" or "history".
+  std::string verb;
+  std::string name;
+  // apply: a YAML file {queues: [...]}.
+  std::string file;
+  // set: only the flags given change the queue.
+  std::optional<double> weight;
+  std::optional<std::string> cohort;
+  // MODEL=GPUS[,borrow=N][,lend=N], each; given ones replace all quotas.
+  std::vector<std::string> quotas;
+  bool no_quotas = false;
+  std::optional<std::string> default_time_limit, max_time_limit;
+  std::optional<int64_t> max_running_gpus_per_user, max_pending_jobs_per_user;
+  std::optional<int32_t> max_priority;
+  bool no_max_priority = false;
+};
+
+// Parses --quota "MODEL=GPUS[,borrow=N][,lend=N]".
+absl::StatusOr<xl::v1::GpuQuota> ParseQuotaFlag(const std::string& text);
+
 // How many times `submit` retries an UNAVAILABLE call (with the same key).
 inline constexpr int kSubmitRetries = 3;
 
@@ -86,6 +110,10 @@ class Commands {
   absl::Status Explain(const std::string& job_id);
   absl::Status List(const ListOptions& options);
   absl::Status Queue();
+  // The queue objects (queue_commands.cc).
+  absl::Status QueueCommand(const QueueOptions& options);
+  // Fair share: every queue's and user's share, usage and factor.
+  absl::Status Share();
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
   absl::Status Logs(const std::string& job_id, const LogsOptions& options);
   absl::Status Watch(const std::string& job_id);

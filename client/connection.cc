@@ -33,7 +33,8 @@ SchedulerConnection::SchedulerConnection(ConnectionOptions options,
       channel_(std::move(channel)),
       jobs_(xl::v1::JobService::NewStub(channel_)),
       nodes_(xl::v1::NodeService::NewStub(channel_)),
-      auth_(xl::v1::AuthService::NewStub(channel_)) {}
+      auth_(xl::v1::AuthService::NewStub(channel_)),
+      queues_(xl::v1::QueueService::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> SchedulerConnection::UnaryContext() const {
   auto context = StreamContext();

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "xl/v1/auth.grpc.pb.h"
+#include "xl/v1/queue.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 namespace xl::client {
@@ -50,6 +51,7 @@ class SchedulerConnection {
   xl::v1::JobService::Stub& jobs() { return *jobs_; }
   xl::v1::NodeService::Stub& nodes() { return *nodes_; }
   xl::v1::AuthService::Stub& auth() { return *auth_; }
+  xl::v1::QueueService::Stub& queues() { return *queues_; }
 
   // Returns a context for one unary call: the user metadata and a deadline
   // options().timeout from now. The call fails fast (UNAVAILABLE) when the
@@ -73,6 +75,7 @@ class SchedulerConnection {
   std::unique_ptr<xl::v1::JobService::Stub> jobs_;
   std::unique_ptr<xl::v1::NodeService::Stub> nodes_;
   std::unique_ptr<xl::v1::AuthService::Stub> auth_;
+  std::unique_ptr<xl::v1::QueueService::Stub> queues_;
 };
 
 }  // namespace xl::client

@@ -31,10 +31,11 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view flag,
   double seconds;
   if (absl::SimpleAtod(value, &seconds) && std::isfinite(seconds)) {
     d = absl::Seconds(seconds);
-  } else if (!absl::ParseDuration(value, &d) || d == absl::InfiniteDuration()) {
+  } else if (!ParseLifetime(std::string(value), &d) ||
+             d == absl::InfiniteDuration()) {
     return UsageError(absl::StrCat(
         flag, ": invalid duration \"", value,
-        "\"; write it like 600s, 10m, 1h30m or a number of seconds"));
+        "\"; write it like 600s, 10m, 1h30m, 3d or a number of seconds"));
   }
   if (d < absl::ZeroDuration()) {
     return UsageError(

@@ -457,16 +457,23 @@ std::string ExplainText(const xl::v1::ExplainJobResponse& e,
                                           e.gpus_ahead(), " GPUs"));
   }
   const xl::v1::PriorityBreakdown& p = e.priority();
-  block.Add("Priority", absl::StrCat(p.priority(), " (submit order ",
-                                     p.submit_order(), "); ", p.note()));
+  block.Add("Priority",
+            absl::StrFormat("%.2f effective = %d priority + %.3f fair share "
+                            "x %g + %.3f age x %g (submit order %d)",
+                            p.effective(), p.priority(), p.fair_share_factor(),
+                            p.fair_share_weight(), p.age_factor(),
+                            p.age_weight(), p.submit_order()));
+  if (!p.note().empty()) block.Add("Rank", p.note());
   absl::StrAppend(&out, block.Render());
   if (e.ahead_size() > 0) {
-    TextTable table({"  AHEAD", "USER", "PRIORITY", "NODES", "GPUS",
-                     "RESERVED FOR"});
+    TextTable table({"  AHEAD", "USER", "QUEUE", "PRIORITY", "EFFECTIVE",
+                     "NODES", "GPUS", "RESERVED FOR"});
     for (const xl::v1::QueuedJob& q : e.ahead()) {
       table.AddRow(
-          {absl::StrCat("  ", q.job_id()), OrDash(q.user()),
-           absl::StrCat(q.priority()), absl::StrCat(q.nodes()),
+          {absl::StrCat("  ", q.job_id()), OrDash(q.user()), OrDash(q.queue()),
+           absl::StrCat(q.priority()),
+           absl::StrFormat("%.2f", q.effective_priority()),
+           absl::StrCat(q.nodes()),
            absl::StrCat(static_cast<int64_t>(q.nodes()) * q.gpus_per_node()),
            q.has_estimated_start_time()
                ? TimeWithAge(q.estimated_start_time(), context)
@@ -686,6 +693,159 @@ std::string QueueTable(const xl::v1::GetQueueResponse& queue) {
       absl::StrFormat("Nodes:  %d ready, %d drained, %d lost\n",
                       queue.nodes_ready(), queue.nodes_drained(),
                       queue.nodes_lost()));
+}
+
+namespace {
+
+std::string QuotaText(const xl::v1::GpuQuota& q) {
+  std::string text = absl::StrCat(q.gpu_model(), "=", q.nominal_gpus());
+  if (q.has_borrowing_limit_gpus()) {
+    absl::StrAppend(&text, ",borrow=", q.borrowing_limit_gpus());
+  }
+  if (q.has_lending_limit_gpus()) {
+    absl::StrAppend(&text, ",lend=", q.lending_limit_gpus());
+  }
+  return text;
+}
+
+std::string LimitText(const google::protobuf::Duration& d) {
+  return d.seconds() > 0 || d.nanos() > 0 ? HumanDuration(FromProto(d))
+                                          : std::string("-");
+}
+
+}  // namespace
+
+std::string QueueListTable(const xl::v1::ListQueuesResponse& queues) {
+  TextTable table({"QUEUE", "WEIGHT", "COHORT", "GPUS (IN USE/NOMINAL)",
+                   "BORROWED", "PENDING", "RUNNING", "TIME LIMIT",
+                   "PER USER"});
+  for (const xl::v1::Queue& q : queues.queues()) {
+    const xl::v1::QueueSpec& s = q.spec();
+    std::vector<std::string> gpus;
+    if (s.quotas_size() == 0) {
+      int64_t n = 0;
+      for (const auto& [model, used] : q.gpus_in_use()) n += used;
+      gpus.push_back(absl::StrCat(n, "/no quota"));
+    }
+    for (const xl::v1::GpuQuota& quota : s.quotas()) {
+      auto used = q.gpus_in_use().find(quota.gpu_model());
+      gpus.push_back(absl::StrCat(
+          quota.gpu_model(), " ",
+          used == q.gpus_in_use().end() ? 0 : used->second, "/",
+          quota.nominal_gpus()));
+    }
+    std::vector<std::string> per_user;
+    if (s.max_running_gpus_per_user() > 0) {
+      per_user.push_back(absl::StrCat(s.max_running_gpus_per_user(), " GPUs"));
+    }
+    if (s.max_pending_jobs_per_user() > 0) {
+      per_user.push_back(
+          absl::StrCat(s.max_pending_jobs_per_user(), " pending"));
+    }
+    table.AddRow({s.name() + (q.defined() ? "" : " (implicit)"),
+                  absl::StrFormat("%g", s.weight()), OrDash(s.cohort()),
+                  absl::StrJoin(gpus, ", "), absl::StrCat(q.gpus_borrowed()),
+                  absl::StrCat(q.pending_jobs()), absl::StrCat(q.running_jobs()),
+                  absl::StrCat(LimitText(s.default_time_limit()), "/",
+                               LimitText(s.max_time_limit())),
+                  per_user.empty() ? "-" : absl::StrJoin(per_user, ", ")});
+  }
+  return table.Render();
+}
+
+std::string QueueDetails(const xl::v1::Queue& q,
+                         const RenderContext& context) {
+  const xl::v1::QueueSpec& s = q.spec();
+  KeyValueBlock block;
+  block.Add("Queue", s.name());
+  block.Add("Version",
+            q.defined()
+                ? absl::StrCat(q.version(), ", changed ",
+                               TimeWithAge(q.update_time(), context), " by ",
+                               q.updated_by())
+                : "not defined: the implicit default queue (weight 1, no "
+                  "quota)");
+  block.Add("Weight", absl::StrFormat("%g", s.weight()));
+  block.Add("Cohort", OrDash(s.cohort()));
+  if (s.quotas_size() == 0) block.Add("Quotas", "none: any GPU");
+  for (const xl::v1::GpuQuota& quota : s.quotas()) {
+    auto used = q.gpus_in_use().find(quota.gpu_model());
+    block.Add("Quota",
+              absl::StrCat(
+                  quota.gpu_model(), ": ",
+                  used == q.gpus_in_use().end() ? 0 : used->second,
+                  " in use of nominal ", quota.nominal_gpus(), "; borrows ",
+                  quota.has_borrowing_limit_gpus()
+                      ? absl::StrCat("up to ", quota.borrowing_limit_gpus())
+                      : std::string(s.cohort().empty() ? "none (no cohort)"
+                                                       : "without limit"),
+                  "; lends ",
+                  quota.has_lending_limit_gpus()
+                      ? absl::StrCat("up to ", quota.lending_limit_gpus())
+                      : std::string("all it does not use")));
+  }
+  block.Add("Borrowed now", absl::StrCat(q.gpus_borrowed(), " GPUs"));
+  block.Add("Time limit",
+            absl::StrCat("default ", LimitText(s.default_time_limit()),
+                         ", max ", LimitText(s.max_time_limit())));
+  block.Add("Per user",
+            absl::StrCat(s.max_running_gpus_per_user() > 0
+                             ? absl::StrCat(s.max_running_gpus_per_user(),
+                                            " running GPUs")
+                             : std::string("no GPU limit"),
+                         ", ",
+                         s.max_pending_jobs_per_user() > 0
+                             ? absl::StrCat(s.max_pending_jobs_per_user(),
+                                            " pending jobs")
+                             : std::string("no pending limit")));
+  block.Add("Max priority",
+            s.has_max_priority() ? absl::StrCat(s.max_priority()) : "-");
+  block.Add("Jobs", absl::StrCat(q.pending_jobs(), " pending, ",
+                                 q.running_jobs(), " running"));
+  return block.Render();
+}
+
+std::string QueueChangesTable(const xl::v1::ListQueueChangesResponse& changes,
+                              const RenderContext& context) {
+  TextTable table({"SEQ", "TIME", "QUEUE", "ACTION", "VERSION", "BY",
+                   "SPEC"});
+  for (const xl::v1::QueueChange& c : changes.changes()) {
+    std::vector<std::string> quotas;
+    for (const auto& q : c.spec().quotas()) quotas.push_back(QuotaText(q));
+    table.AddRow({absl::StrCat(c.seq()), FormatTimestamp(c.time(), context),
+                  c.queue(), c.action(), absl::StrCat(c.version()), c.by(),
+                  absl::StrCat("weight ", absl::StrFormat("%g", c.spec().weight()),
+                               c.spec().cohort().empty()
+                                   ? ""
+                                   : absl::StrCat(", cohort ", c.spec().cohort()),
+                               quotas.empty() ? ""
+                                              : absl::StrCat(", quotas ",
+                                                             absl::StrJoin(quotas, "; ")))});
+  }
+  return table.Render();
+}
+
+std::string ShareTable(const xl::v1::GetSharesResponse& shares) {
+  TextTable table({"QUEUE", "USER", "WEIGHT", "SHARE", "GPU-HOURS", "USAGE",
+                   "FAIR-SHARE", "RUNNING GPUS", "PENDING"});
+  for (const xl::v1::ShareRow& r : shares.rows()) {
+    table.AddRow({r.user().empty() ? r.queue() : "", OrDash(r.user()),
+                  r.user().empty() ? absl::StrFormat("%g", r.weight()) : "",
+                  absl::StrFormat("%.3f", r.share()),
+                  absl::StrFormat("%.2f", r.gpu_hours()),
+                  absl::StrFormat("%.3f", r.usage()),
+                  absl::StrFormat("%.3f", r.fair_share_factor()),
+                  absl::StrCat(r.running_gpus()), absl::StrCat(r.pending_jobs())});
+  }
+  return absl::StrCat(
+      table.Render(), "\n",
+      absl::StrFormat(
+          "Usage halves every %s. Effective priority = priority + %g x "
+          "fair share + %g x age (age reaches 1 after %s pending). Fair "
+          "share = 2^-(usage/share): 1 unused, 0.5 at its share.\n",
+          HumanDuration(FromProto(shares.half_life())),
+          shares.fair_share_weight(), shares.age_weight(),
+          HumanDuration(FromProto(shares.max_age()))));
 }
 
 std::string EventLine(const xl::v1::JobEvent& event,

@@ -20,6 +20,7 @@
 #include "common/text.h"
 #include "xl/v1/job.pb.h"
 #include "xl/v1/node.pb.h"
+#include "xl/v1/queue.pb.h"
 #include "xl/v1/scheduler.pb.h"
 
 namespace xl::client {
@@ -110,6 +111,14 @@ std::string NodeDetails(const xl::v1::Node& node, const RenderContext& context);
 // and GPUs asked for by pending jobs, a TOTAL row, then the cluster's GPUs
 // and nodes.
 std::string QueueTable(const xl::v1::GetQueueResponse& queue);
+
+// xlctl queue list / show / history and xlctl share.
+std::string QueueListTable(const xl::v1::ListQueuesResponse& queues);
+std::string QueueDetails(const xl::v1::Queue& queue,
+                         const RenderContext& context);
+std::string QueueChangesTable(const xl::v1::ListQueueChangesResponse& changes,
+                              const RenderContext& context);
+std::string ShareTable(const xl::v1::GetSharesResponse& shares);
 
 // One `xlctl watch` line: "TIME  FROM -> TO  attempt N  reason", with a
 // newline.

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/duration.h"
 
 namespace xl {
 namespace {
@@ -218,9 +219,21 @@ absl::Status TypedNodeToJson(const YAML::Node& node,
           case Descriptor::WELLKNOWNTYPE_FIELDMASK:
             *out += JsonQuote(s);
             return absl::OkStatus();
-          case Descriptor::WELLKNOWNTYPE_DURATION:
-            *out += JsonQuote(IsPlainNumber(node) ? absl::StrCat(s, "s") : s);
+          case Descriptor::WELLKNOWNTYPE_DURATION: {
+            // Protobuf's JSON takes seconds only ("5400s"); people write
+            // "90m", "2h" and "3d" too.
+            absl::Duration d;
+            if (IsPlainNumber(node)) {
+              *out += JsonQuote(absl::StrCat(s, "s"));
+            } else if (!absl::EndsWith(s, "s") && ParseLifetime(s, &d) &&
+                       d != absl::InfiniteDuration()) {
+              *out += JsonQuote(
+                  absl::StrFormat("%.9fs", absl::ToDoubleSeconds(d)));
+            } else {
+              *out += JsonQuote(s);
+            }
             return absl::OkStatus();
+          }
           default:
             break;
         }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -185,6 +186,29 @@ int main(int argc, char** argv) {
                  "none, place greedily)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
+  app.add_option("--queues", opts.queues_file,
+                 "a YAML file of queues ({queues: [{name, weight, cohort, "
+                 "quotas, ...}]}, see README \"Queues\") created or updated "
+                 "at start; queues it does not name are left as they are")
+      ->check(CLI::ExistingFile);
+  std::string half_life = "7d", max_age = "7d";
+  xl::scheduler::PriorityWeights& weights = opts.controller.priority_weights;
+  app.add_option("--fair-share-half-life", half_life,
+                 "GPU usage counts half after this long (Slurm's "
+                 "PriorityDecayHalfLife)")
+      ->capture_default_str();
+  app.add_option("--fair-share-weight", weights.fair_share,
+                 "effective priority = priority + this x fair-share factor "
+                 "(0..1) + --age-weight x age factor (0..1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--age-weight", weights.age,
+                 "weight of time pending in the effective priority")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--max-age", max_age,
+                 "time pending after which the age factor is 1")
+      ->capture_default_str();
   xl::state::SubmitLimits& limits = opts.controller.submit_limits;
   app.add_option("--max-pending-per-user", limits.max_pending,
                  "PENDING jobs one user may have; more submits get "
@@ -277,16 +301,23 @@ int main(int argc, char** argv) {
     return Fail(
         "--heartbeat-timeout must be larger than --heartbeat-interval > 0");
   }
+  // "7d", "12h", "90m" (absl's durations stop at hours).
+  auto days_or_duration = [](const std::string& text, absl::Duration* out) {
+    return xl::ParseLifetime(text, out) && *out != absl::InfiniteDuration();
+  };
+  for (auto [flag, text, out] :
+       {std::make_tuple("--fair-share-half-life", &half_life,
+                        &weights.half_life),
+        std::make_tuple("--max-age", &max_age, &weights.max_age)}) {
+    if (!days_or_duration(*text, out)) {
+      return Fail(absl::StrCat(flag, ": '", *text,
+                               "' is not a positive duration; give one such "
+                               "as 7d, 12h or 90m"));
+    }
+  }
   {
-    // absl's durations stop at hours; days are what retention is counted in.
     absl::Duration age;
-    int64_t days = 0;
-    bool ok = !retention.empty() && retention.back() == 'd'
-                  ? absl::SimpleAtoi(retention.substr(0, retention.size() - 1),
-                                     &days) &&
-                        (age = absl::Hours(24 * days), true)
-                  : absl::ParseDuration(retention, &age);
-    if (!ok || age <= absl::ZeroDuration() || age == absl::InfiniteDuration()) {
+    if (!days_or_duration(retention, &age)) {
       return Fail(absl::StrCat("--retention: '", retention,
                                "' is not a positive duration; give one such "
                                "as 30d, 12h or 90m"));

@@ -54,6 +54,7 @@ void Controller::LoadModel(store::StoredState state) {
   uncommitted_.clear();
   new_pending_.clear();
   class_reasons_.clear();
+  job_reasons_.clear();
   jobs_.ReserveIds(state.last_job_id);
   for (auto& n : state.nodes) {
     NodeRecord& node = nodes_.Upsert(n.name);
@@ -163,6 +164,25 @@ void Controller::LoadModel(store::StoredState state) {
     rec->committed_event_seq = e.seq();
     rec->events.push_back(std::move(e));
   }
+  queues_.clear();
+  policies_.clear();
+  for (auto& q : state.queues) {
+    const std::string name = q.spec().name();
+    SetPolicy(q.spec());
+    queues_[name] = std::move(q);
+  }
+  queue_changes_.assign(state.queue_changes.begin(),
+                        state.queue_changes.end());
+  next_queue_change_seq_ =
+      queue_changes_.empty() ? 1 : queue_changes_.back().seq() + 1;
+  queue_usage_.clear();
+  user_usage_.clear();
+  for (const auto& u : state.usage) {
+    scheduler::DecayedUsage& d =
+        u.user.empty() ? queue_usage_[u.queue] : user_usage_[{u.queue, u.user}];
+    d.value = u.gpu_seconds;
+    d.as_of = u.as_of;
+  }
   capacity_freed_ = true;
   pass_needed_ = true;
   next_eligible_mono_ = absl::InfiniteFuture();
@@ -263,6 +283,7 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
   ProcessDisconnects();
   CheckLiveness();
   CheckTimeLimits();
+  AccrueUsage();
   const absl::Time now = clock_->MonotonicNow();
   if (now >= next_retention_mono_) {
     next_retention_mono_ = now + opts_.retention_interval;
@@ -290,6 +311,11 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   // Jobs whose dependencies can never succeed end FAILED after the scan
   // (ending one changes the pending index being walked).
   std::vector<std::pair<int64_t, std::string>> unsatisfiable;
+  // Effective priorities: fair share per (queue, user), computed once.
+  const ShareInputs shares = CollectShares();
+  const scheduler::FairShare fs(shares.weights, shares.queue_usage,
+                                shares.user_usage, shares.active_users);
+  std::map<std::pair<std::string, std::string>, double> factors;
   auto add = [&](const JobRecord* rec) {
     if (rec == nullptr || rec->job.state() != v1::PENDING) return;
     if (rec->eligible_mono > now) {
@@ -305,6 +331,14 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
       }
     }
     queue->push_back(rec->as_request);
+    auto [f, added] =
+        factors.emplace(std::make_pair(rec->as_request.queue,
+                                       rec->as_request.user),
+                        0.0);
+    if (added) f->second = fs.Factor(f->first.first, f->first.second);
+    queue->back().effective_priority = scheduler::EffectivePriority(
+        rec->as_request.priority, f->second,
+        wall_now - FromProto(rec->job.create_time()), opts_.priority_weights);
   };
   full_pass_ = capacity_freed_;
   if (capacity_freed_) {
@@ -358,10 +392,17 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     scheduler::QueueUsage& usage = snapshot->queues[gang.queue];
     ++usage.running_jobs;
     usage.gpus_in_use += gang.gpus;
+    if (policies_.count(gang.queue) > 0) {
+      for (const auto& [model, n] : nodes_.GpuModelsOf(rec->job)) {
+        usage.gpus_by_model[model] += n;
+      }
+      usage.user_gpus[gang.user] += gang.gpus;
+    }
     snapshot->running.push_back(std::move(gang));
   }
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
   snapshot->now = wall_now;
+  snapshot->policies = policies_;
   snapshot->max_reservations = opts_.reservations;
   // A full pass decides reservations again; a pass over new jobs keeps
   // those of jobs still pending.
@@ -396,6 +437,10 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
   if (full_pass_) {
     class_reasons_.clear();
     reservations_.clear();
+    job_reasons_.clear();
+  }
+  for (auto& [job_id, reason] : decisions.job_reasons) {
+    job_reasons_[job_id] = std::move(reason);
   }
   for (auto& [request, reason] : decisions.class_reasons) {
     class_reasons_[request.get()] = {request, reason};

@@ -29,6 +29,7 @@
 #define XL_SERVER_CONTROL_CONTROLLER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -55,6 +56,7 @@
 #include "server/state/ports.h"
 #include "server/store/store.h"
 #include "xl/v1/agent.pb.h"
+#include "xl/v1/queue.pb.h"
 #include "xl/v1/rendezvous.pb.h"
 #include "xl/v1/scheduler.pb.h"
 
@@ -96,6 +98,13 @@ struct ControllerOptions {
   state::SubmitLimits submit_limits;
   // How many blocked jobs get reservations (backfill); 0: none.
   int reservations = 8;
+  // Fair share and age in a pending job's effective priority, and the
+  // half-life of usage.
+  scheduler::PriorityWeights priority_weights;
+  // How often running jobs' GPU time is counted, and how often the counts
+  // are stored (a crash loses at most this much usage).
+  absl::Duration usage_interval = absl::Seconds(1);
+  absl::Duration usage_store_interval = absl::Minutes(1);
 };
 
 class Controller {
@@ -143,6 +152,22 @@ class Controller {
       const v1::GetJobMetricsRequest& request);
   // What the model needs, against the GPUs of the nodes not lost.
   absl::StatusOr<v1::Plan> PlanResources(const v1::ModelSpec& model);
+
+  // --- QueueService (queue_api.cc) ---
+  absl::StatusOr<v1::ListQueuesResponse> ListQueues();
+  absl::StatusOr<v1::Queue> GetQueueSpec(const std::string& name);
+  // Creates or replaces a queue as `user`; answers once stored.
+  void PutQueue(const std::string& user, v1::PutQueueRequest request,
+                std::function<void(absl::StatusOr<v1::Queue>)> done);
+  void DeleteQueue(const std::string& user, const std::string& name,
+                   std::function<void(absl::Status)> done);
+  absl::StatusOr<v1::ListQueueChangesResponse> ListQueueChanges(
+      const v1::ListQueueChangesRequest& request);
+  v1::GetSharesResponse GetShares();
+  // Applies a queues file (xl-scheduler --queues) before serving: creates
+  // or updates each queue whose spec differs, recorded as by `by`.
+  absl::Status ApplyQueueFile(const v1::QueueFile& file,
+                              const std::string& by);
 
   // --- RendezvousService ---
   Rendezvous* rendezvous() { return &rendezvous_; }
@@ -299,6 +324,41 @@ class Controller {
   v1::Job Visible(const JobRecord& rec) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- queues and fair share (queue_api.cc) ---
+  // The spec of a queue jobs may name: a defined one, or the implicit
+  // "default"; nullptr when there is no such queue.
+  const v1::QueueSpec* QueueSpecOf(const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At submit: the queue exists, the job's priority and time limit are
+  // within its limits (a missing time limit gets the queue's default), the
+  // user has room for another pending job there.
+  absl::Status ApplyQueueToSpec(const std::string& user, v1::JobSpec* spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts running jobs' GPU time since the last call into usage, and
+  // stores usage when due.
+  void AccrueUsage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StoreUsage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fair-share inputs as of now (weights, decayed usage, active users).
+  struct ShareInputs {
+    std::map<std::string, double> weights;
+    std::map<std::string, double> queue_usage;
+    std::map<std::pair<std::string, std::string>, double> user_usage;
+    std::map<std::string, int64_t> active_users;
+    std::map<std::string, int64_t> running_gpus;  // queue
+    std::map<std::pair<std::string, std::string>, int64_t> user_running_gpus;
+    std::map<std::pair<std::string, std::string>, int64_t> user_pending;
+  };
+  ShareInputs CollectShares() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's effective priority and its parts.
+  double EffectiveOf(const JobRecord& rec, const scheduler::FairShare& fs,
+                     double* fair_share_factor, double* age_factor) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the queue change in the model and queues its write.
+  void ChangeQueue(const std::string& by, const std::string& action,
+                   v1::Queue queue, std::function<void(absl::Status)> answer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetPolicy(const v1::QueueSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   store::Store* const store_;
   const Clock* const clock_;
   ControllerOptions opts_;  // advertise_address is set before Start
@@ -340,11 +400,31 @@ class Controller {
     std::shared_ptr<const std::string> reason;
   };
   std::map<std::string, Reserved> reservations_ ABSL_GUARDED_BY(mu_);
+  // Why jobs wait whose reason is their own rather than their class's (a
+  // queue's quota or per-user limit), from the last full pass and passes
+  // over new jobs since.
+  std::map<std::string, std::shared_ptr<const std::string>> job_reasons_
+      ABSL_GUARDED_BY(mu_);
   // Job id -> the ids of jobs whose after_ok names it; pruned by retention
   // once none of them can look at it again, and when it fails.
   std::map<int64_t, std::vector<int64_t>> dependents_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> wake_work_ ABSL_GUARDED_BY(mu_);
   bool waking_ ABSL_GUARDED_BY(mu_) = false;
+  // Defined queues by name, the policies the core checks (queues with
+  // quotas or per-user limits), the latest changes (oldest first).
+  std::map<std::string, v1::Queue> queues_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, scheduler::QueuePolicy> policies_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::QueueChange> queue_changes_ ABSL_GUARDED_BY(mu_);
+  int64_t next_queue_change_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // Decayed GPU-seconds (as of wall-clock times) per queue and per (queue,
+  // user).
+  std::map<std::string, scheduler::DecayedUsage> queue_usage_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, scheduler::DecayedUsage>
+      user_usage_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_accrual_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time next_usage_store_mono_ ABSL_GUARDED_BY(mu_) =
+      absl::InfinitePast();
   bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;
   // The earliest time a fenced pending job may start.
   absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

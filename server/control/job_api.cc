@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/duration.h"
 #include "common/planner/planner.h"
 #include "common/status.h"
@@ -23,6 +24,10 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
     job.set_reason(reason != class_reasons_.end() && !fenced
                        ? *reason->second.second
                        : rec.job.reason());
+    if (auto own = job_reasons_.find(rec.job.id());
+        own != job_reasons_.end() && !fenced && own->second != nullptr) {
+      job.set_reason(*own->second);
+    }
     if (rec.job.spec().after_ok_size() > 0) {
       std::string waits = DependencyWait(rec, nullptr);
       if (!waits.empty()) job.set_reason(waits);
@@ -188,6 +193,8 @@ void Controller::Submit(
       return;
     } else if (absl::Status d = CheckDependencies(spec); !d.ok()) {
       refused = std::move(d);
+    } else if (absl::Status q = ApplyQueueToSpec(user, &spec); !q.ok()) {
+      refused = std::move(q);
     } else if (absl::Status q = quota_.Admit(
                    user, jobs_.PendingOf(user) + SubmittingOf(user),
                    clock_->MonotonicNow());
@@ -309,16 +316,32 @@ absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
   ASSIGN_OR_RETURN(const JobRecord* rec, FindJob(job_id));
   v1::ExplainJobResponse out;
   *out.mutable_job() = Visible(*rec);
+  const ShareInputs shares = CollectShares();
+  const scheduler::FairShare fs(shares.weights, shares.queue_usage,
+                                shares.user_usage, shares.active_users);
   v1::PriorityBreakdown* p = out.mutable_priority();
+  double fs_factor = 0, age_factor = 0;
+  const double effective = EffectiveOf(*rec, fs, &fs_factor, &age_factor);
+  const scheduler::PriorityWeights& w = opts_.priority_weights;
   p->set_priority(rec->job.spec().priority());
   p->set_submit_order(rec->id);
-  p->set_note(
-      "rank = priority (higher first), then submit order; queue weights, "
-      "fair share and age are not counted yet");
+  p->set_effective(effective);
+  p->set_fair_share_factor(fs_factor);
+  p->set_fair_share_weight(w.fair_share);
+  p->set_age_factor(age_factor);
+  p->set_age_weight(w.age);
+  p->set_note(absl::StrFormat(
+      "effective priority %.2f = priority %d + fair share %.3f x %g + age "
+      "%.3f x %g (higher first; equal ones in submit order). The fair-share "
+      "factor is 2^-(usage/share) of %s in queue %s (xlctl share); age "
+      "counts up to %s pending",
+      effective, rec->job.spec().priority(), fs_factor, w.fair_share,
+      age_factor, w.age, rec->job.user(), rec->job.spec().queue(),
+      HumanDuration(w.max_age)));
   if (rec->job.state() != v1::PENDING) return out;
-  // The queue the scheduler sees, in its order (-priority, id): pending
-  // jobs that are neither fenced (a retry's back-off) nor waiting for
-  // their after_ok. A job that is one of those has no place in it yet.
+  // The queue the scheduler sees, in its order (-effective priority, id):
+  // pending jobs that are neither fenced (a retry's back-off) nor waiting
+  // for their after_ok. A job that is one of those has no place in it yet.
   const absl::Time now = clock_->MonotonicNow();
   auto in_queue = [&](const JobRecord& r) {
     return r.eligible_mono <= now &&
@@ -326,40 +349,53 @@ absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
             DependencyWait(r, nullptr).empty());
   };
   const bool queued = in_queue(*rec);
-  std::vector<const JobRecord*> ahead;
+  std::vector<std::pair<double, const JobRecord*>> ahead;
   int64_t position = 0, pending = 0, gpus = 0;
-  bool passed = false;
+  std::map<std::pair<std::string, std::string>, double> factors;
   for (const auto& [key, other] : jobs_.pending()) {
-    if (other == rec) passed = true;
     if (!in_queue(*other)) continue;
     ++pending;
-    if (passed) continue;
+    if (other == rec) continue;
+    auto [f, added] = factors.emplace(
+        std::make_pair(other->job.spec().queue(), other->job.user()), 0.0);
+    if (added) f->second = fs.Factor(f->first.first, f->first.second);
+    const double e = scheduler::EffectivePriority(
+        other->job.spec().priority(), f->second,
+        clock_->Now() - FromProto(other->job.create_time()), w);
+    if (e < effective || (e == effective && other->id > rec->id)) continue;
     ++position;
     const auto& r = other->job.spec().resources();
     gpus += static_cast<int64_t>(r.nodes()) * r.gpus_per_node();
-    ahead.push_back(other);
+    ahead.emplace_back(e, other);
   }
   out.set_pending(pending);
   if (!queued) return out;
   out.set_position(position + 1);
   out.set_gpus_ahead(gpus);
+  std::sort(ahead.begin(), ahead.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second->id < b.second->id;
+  });
   // Those holding reservations first (they hold nodes), then the nearest.
   constexpr size_t kShown = 10;
-  std::vector<const JobRecord*> shown;
-  for (const JobRecord* other : ahead) {
-    if (shown.size() < kShown && reservations_.count(other->job.id()) > 0) {
+  std::vector<std::pair<double, const JobRecord*>> shown;
+  for (const auto& other : ahead) {
+    if (shown.size() < kShown &&
+        reservations_.count(other.second->job.id()) > 0) {
       shown.push_back(other);
     }
   }
   for (size_t i = ahead.size(); i-- > 0 && shown.size() < kShown;) {
-    if (reservations_.count(ahead[i]->job.id()) == 0) shown.push_back(ahead[i]);
+    if (reservations_.count(ahead[i].second->job.id()) == 0) {
+      shown.push_back(ahead[i]);
+    }
   }
-  std::sort(shown.begin(), shown.end(), [](const JobRecord* a, const JobRecord* b) {
-    return std::make_pair(-a->job.spec().priority(), a->id) <
-           std::make_pair(-b->job.spec().priority(), b->id);
+  std::sort(shown.begin(), shown.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second->id < b.second->id;
   });
-  for (const JobRecord* other : shown) {
+  for (const auto& [e, other] : shown) {
     v1::QueuedJob* q = out.add_ahead();
+    q->set_effective_priority(e);
+    q->set_queue(other->job.spec().queue());
     q->set_job_id(other->job.id());
     q->set_user(other->job.user());
     q->set_priority(other->job.spec().priority());

@@ -19,41 +19,10 @@ absl::Status Bad(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-// A value the caller sent, as an error message shows it: cut to 64 bytes
-// (the error is a header with a size limit, and a wall of text helps no
-// one) with bytes outside printable ASCII as \xNN, so a message is one
-// readable line whatever was sent.
-std::string Shown(const std::string& value) {
-  constexpr size_t kShown = 64;
-  std::string out;
-  for (size_t i = 0; i < value.size() && i < kShown; ++i) {
-    const unsigned char c = static_cast<unsigned char>(value[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
-      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
-    }
-  }
-  if (value.size() > kShown) {
-    absl::StrAppend(&out, "... (", value.size(), " bytes)");
-  }
-  return out;
-}
-
 bool ValidEnvName(const std::string& s) {
   if (s.empty() || absl::ascii_isdigit(s[0])) return false;
   for (char c : s) {
     if (!absl::ascii_isalnum(c) && c != '_') return false;
-  }
-  return true;
-}
-
-bool ValidQueueName(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s) {
-    if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.') {
-      return false;
-    }
   }
   return true;
 }
@@ -121,6 +90,38 @@ absl::Status CheckTrainSpec(v1::JobSpec* spec) {
 }
 
 }  // namespace
+
+// A value the caller sent, as an error message shows it: cut to 64 bytes
+// (the error is a header with a size limit, and a wall of text helps no
+// one) with bytes outside printable ASCII as \xNN, so a message is one
+// readable line whatever was sent.
+std::string Shown(const std::string& value) {
+  constexpr size_t kShown = 64;
+  std::string out;
+  for (size_t i = 0; i < value.size() && i < kShown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
+    }
+  }
+  if (value.size() > kShown) {
+    absl::StrAppend(&out, "... (", value.size(), " bytes)");
+  }
+  return out;
+}
+
+bool ValidQueueName(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
 
 bool IsReservedEnv(const std::string& name) {
   static const std::set<std::string>* kReserved = new std::set<std::string>{

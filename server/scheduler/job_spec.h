@@ -4,6 +4,8 @@
 #ifndef XL_SERVER_SCHEDULER_JOB_SPEC_H_
 #define XL_SERVER_SCHEDULER_JOB_SPEC_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "xl/v1/job.pb.h"
 
@@ -11,6 +13,13 @@ namespace xl::scheduler {
 
 // Environment variables xl sets for every rank; a job may not set them.
 bool IsReservedEnv(const std::string& name);
+
+// 1-64 letters, digits, '-', '_' or '.'.
+bool ValidQueueName(const std::string& s);
+
+// A value the caller sent, as an error message shows it: at most 64 bytes,
+// bytes outside printable ASCII as \xNN.
+std::string Shown(const std::string& value);
 
 // Checks `spec` and fills in defaults (queue "default", nodes 1,
 // ranks_per_node = gpus_per_node or 1, grace period 10s). Leaves `spec`

@@ -4,6 +4,7 @@
 #include <deque>
 #include <numeric>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -456,7 +457,7 @@ class Reserver {
     }
     if (!placed) return false;
     out->job_id = job.job_id;
-    out->priority = job.priority;
+    out->priority = RankOf(job);
     out->submit_seq = job.submit_seq;
     out->start = at;
     out->nodes.clear();
@@ -519,6 +520,112 @@ class Reserver {
   std::unordered_map<const v1::ResourceRequest*, absl::Duration> failed_limit_;
 };
 
+// Queue policy within a pass: quotas and per-user limits (QuotaBook), kept
+// up to date as jobs start. Costs nothing when no queue has a policy.
+class PolicyGate {
+ public:
+  PolicyGate(const ClusterSnapshot& snapshot, const FleetIndex& fleet)
+      : snapshot_(snapshot) {
+    if (snapshot.policies.empty()) return;
+    std::map<std::string, std::map<std::string, int64_t>> by_model, by_user;
+    for (const auto& [name, usage] : snapshot.queues) {
+      if (snapshot.policies.count(name) == 0) continue;
+      by_model[name] = usage.gpus_by_model;
+      by_user[name] = usage.user_gpus;
+    }
+    book_ = std::make_unique<QuotaBook>(&snapshot.policies, by_model, by_user);
+    std::set<std::string> models;
+    for (const NodeInfo* layout : fleet.layouts()) {
+      for (const NodeInfo::Gpu& gpu : layout->gpus) models.insert(gpu.model);
+    }
+    models_.assign(models.begin(), models.end());
+  }
+
+  // Whether the job's queue has a policy to check.
+  bool governs(const JobRequest& job) const {
+    return book_ != nullptr && job.resources != nullptr &&
+           job.resources->gpus_per_node() > 0 &&
+           snapshot_.policies.count(job.queue) > 0;
+  }
+
+  // False with the reason when the job must wait for its queue; else true,
+  // with job->resources narrowed to the GPU models its quota still covers
+  // (*narrowed set) when that is not all it could use.
+  bool Admit(JobRequest* job, bool* narrowed,
+             std::shared_ptr<const std::string>* why) {
+    const v1::ResourceRequest& req = *job->resources;
+    const int64_t gpus = int64_t{req.nodes()} * req.gpus_per_node();
+    // What failed stays failed for the pass: usage only grows within it.
+    const Key key{job->queue, job->user, gpus, job->resources.get()};
+    if (auto f = failed_.find(key); f != failed_.end()) {
+      *why = f->second;
+      return false;
+    }
+    std::vector<std::string> usable;
+    for (const std::string& m : models_) {
+      if (req.gpu_models_size() == 0 ||
+          std::find(req.gpu_models().begin(), req.gpu_models().end(), m) !=
+              req.gpu_models().end()) {
+        usable.push_back(m);
+      }
+    }
+    std::vector<std::string> allowed;
+    std::string reason;
+    if (!book_->Admit(job->queue, job->user, gpus, usable, &allowed,
+                      &reason)) {
+      *why = failed_[key] = std::make_shared<const std::string>(reason);
+      return false;
+    }
+    if (allowed.size() < usable.size()) {
+      std::shared_ptr<const v1::ResourceRequest>& n =
+          narrowed_[{job->resources.get(), absl::StrJoin(allowed, "\n")}];
+      if (n == nullptr) {
+        auto copy = std::make_shared<v1::ResourceRequest>(req);
+        copy->clear_gpu_models();
+        for (const std::string& m : allowed) copy->add_gpu_models(m);
+        n = std::move(copy);
+      }
+      job->resources = n;
+      *narrowed = true;
+    }
+    return true;
+  }
+
+  void Charge(const JobRequest& job, const Placement& placement) {
+    if (infos_.empty()) {
+      for (const NodeCapacity& n : snapshot_.nodes) {
+        infos_[n.name()] = n.info.get();
+      }
+    }
+    std::map<std::string, int64_t> by_model;
+    for (const NodeShare& share : placement.shares) {
+      auto it = infos_.find(share.node);
+      if (it == infos_.end()) continue;
+      for (int32_t index : share.gpu_indices) {
+        for (const NodeInfo::Gpu& gpu : it->second->gpus) {
+          if (gpu.index == index) {
+            ++by_model[gpu.model];
+            break;
+          }
+        }
+      }
+    }
+    book_->Charge(job.queue, job.user, by_model);
+  }
+
+ private:
+  using Key = std::tuple<std::string, std::string, int64_t,
+                         const v1::ResourceRequest*>;
+  const ClusterSnapshot& snapshot_;
+  std::unique_ptr<QuotaBook> book_;
+  std::vector<std::string> models_;
+  std::map<Key, std::shared_ptr<const std::string>> failed_;
+  std::map<std::pair<const v1::ResourceRequest*, std::string>,
+           std::shared_ptr<const v1::ResourceRequest>>
+      narrowed_;
+  std::unordered_map<std::string, const NodeInfo*> infos_;
+};
+
 // "reserved: expected to start by 2026-12-02 14:05:09 UTC on n1, n2 (when
 // jobs 42, 43 end at their time limits)".
 std::string ReservationText(const Reservation& r, absl::Time now) {
@@ -559,9 +666,8 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   std::iota(order.begin(), order.end(), 0);
   // Equal keys keep the queue's order.
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    if (queue[a].priority != queue[b].priority) {
-      return queue[a].priority > queue[b].priority;
-    }
+    const double ra = RankOf(queue[a]), rb = RankOf(queue[b]);
+    if (ra != rb) return ra > rb;
     if (queue[a].submit_seq != queue[b].submit_seq) {
       return queue[a].submit_seq < queue[b].submit_seq;
     }
@@ -608,17 +714,31 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     --reservations_left;
     if (!reserving()->Hold(r)) out.dropped_holds.push_back(r.job_id);
   };
+  PolicyGate policy(snapshot, fleet);
   ClassTable classes;
   out.waiting.reserve(queue.size());
   std::vector<RequestClass::Pick> picks;
   std::unordered_set<const v1::ResourceRequest*> reported;
   for (int32_t i : order) {
     JobRequest& job = queue[i];
+    const double rank = RankOf(job);
     while (next_hold < holds.size() &&
-           (holds[next_hold]->priority > job.priority ||
-            (holds[next_hold]->priority == job.priority &&
+           (holds[next_hold]->priority > rank ||
+            (holds[next_hold]->priority == rank &&
              holds[next_hold]->submit_seq < job.submit_seq))) {
       apply_hold(*holds[next_hold++]);
+    }
+    // The queue's policy first: over its quota or a per-user limit, the
+    // job waits whatever is free; under a quota that covers only some GPU
+    // models, it is placed as if it had asked for those.
+    bool narrowed = false;
+    if (policy.governs(job)) {
+      std::shared_ptr<const std::string> why;
+      if (!policy.Admit(&job, &narrowed, &why)) {
+        out.job_reasons.emplace_back(job.job_id, why);
+        out.waiting.emplace_back(std::move(job.job_id), std::move(why));
+        continue;
+      }
     }
     ClassTable::Entry& c = classes.Find(job.resources);
     if (c.reason == nullptr) {
@@ -640,6 +760,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         } else {
           started_limits.push_back(job.time_limit);
         }
+        if (policy.governs(job)) policy.Charge(job, placement);
         out.starts.emplace_back(std::move(job.job_id), std::move(placement));
         continue;
       }
@@ -653,6 +774,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       Placement placement;
       if (reserver->BackfillOnHeld(job, &placement)) {
         reserver->Started(job, placement);
+        if (policy.governs(job)) policy.Charge(job, placement);
         out.starts.emplace_back(std::move(job.job_id), std::move(placement));
         continue;
       }
@@ -669,7 +791,10 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         continue;
       }
     }
-    if (reported.insert(job.resources.get()).second) {
+    if (narrowed) {
+      // Its request is not the one the caller keeps reasons by.
+      out.job_reasons.emplace_back(job.job_id, c.reason);
+    } else if (reported.insert(job.resources.get()).second) {
       out.class_reasons.emplace_back(job.resources, c.reason);
     }
     out.waiting.emplace_back(std::move(job.job_id), c.reason);

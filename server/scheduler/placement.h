@@ -2,7 +2,10 @@
 // has free, the running gangs, per-queue usage) and the pending queue, decide
 // which jobs start where (gang placement: all of a job's nodes at once or
 // none) and why every other job waits. No I/O, no clock, no threads: data in,
-// decisions out. Policy: priority, then submit order; a job that does not fit
+// decisions out. Policy: effective priority (priority with fair share and
+// age), then submit order; a job over its queue's quota or per-user limit
+// waits (QuotaBook), and a job of a queue with quotas uses only GPU models
+// the quota still covers; a job that does not fit
 // does not block smaller ones behind it, except that the first blocked jobs
 // (ClusterSnapshot::max_reservations of them) get reservations, as in EASY
 // backfill: from running jobs' time limits, the earliest time and the nodes
@@ -20,11 +23,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/scheduler/queue_policy.h"
 #include "xl/v1/job.pb.h"
 #include "xl/v1/node.pb.h"
 
@@ -85,6 +90,9 @@ struct NodeShare {
 struct JobRequest {
   std::string job_id;
   int32_t priority = 0;
+  // What the queue is ordered by (priority with fair share and age, see
+  // EffectivePriority); unset: the priority.
+  std::optional<double> effective_priority;
   int64_t submit_seq = 0;  // FIFO order among equal priorities
   // Already defaulted and validated. Jobs whose requests are equal form one
   // class; the control layer shares one object between equal requests, so
@@ -117,8 +125,9 @@ struct RunningGang {
 // for it: nothing else starts on them meanwhile.
 struct Reservation {
   std::string job_id;
-  // The job's rank: a hold applies only to jobs ranked after it.
-  int32_t priority = 0;
+  // The job's rank (its effective priority): a hold applies only to jobs
+  // ranked after it.
+  double priority = 0;
   int64_t submit_seq = 0;
   absl::Time start;
   std::vector<std::string> nodes;
@@ -130,6 +139,10 @@ struct QueueUsage {
   int64_t running_jobs = 0;
   int64_t gpus_in_use = 0;
   int64_t pending_jobs = 0;
+  // What its running jobs hold: GPU model -> GPUs, user -> GPUs (for
+  // quotas and per-user limits; filled when the queue has a policy).
+  std::map<std::string, int64_t> gpus_by_model;
+  std::map<std::string, int64_t> user_gpus;
 };
 
 // Everything a pass decides on, copied out of the scheduler's state.
@@ -137,6 +150,9 @@ struct ClusterSnapshot {
   std::vector<NodeCapacity> nodes;
   std::vector<RunningGang> running;
   std::map<std::string, QueueUsage> queues;
+  // Queues with quotas or per-user limits (see QuotaBook); a job of a queue
+  // not here is limited by nothing but the fleet.
+  std::map<std::string, QueuePolicy> policies;
   // The time reservations are computed from (wall clock).
   absl::Time now = absl::UnixEpoch();
   // How many blocked jobs get reservations (0: none; jobs are placed
@@ -169,6 +185,10 @@ struct Decisions {
   // The reservations this pass made, in policy order; each reserved job is
   // also in `waiting`, with its own reason saying when and where.
   std::vector<Reservation> reservations;
+  // Jobs that wait because of their queue's policy (a quota, a per-user
+  // limit) rather than what their class finds free; also in `waiting`.
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
+      job_reasons;
   // Holds that no longer stand (a node gone, or taken by a job ranked before
   // the reserved one): the caller forgets them and decides again in a full
   // pass.
@@ -192,6 +212,11 @@ bool PlaceGang(const std::vector<NodeCapacity>& nodes,
 bool Consume(NodeCapacity* node, const NodeShare& share);
 // Gives them back.
 void Release(NodeCapacity* node, const NodeShare& share);
+
+// The key the queue is ordered by: the effective priority, else priority.
+inline double RankOf(const JobRequest& job) {
+  return job.effective_priority.value_or(job.priority);
+}
 
 // Runs one scheduling pass over `queue` (any order; sorted here).
 Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue);

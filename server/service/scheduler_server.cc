@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/crypto/openssl.h"
+#include "common/proto_text.h"
 #include "common/status.h"
 
 namespace xl::service {
@@ -141,6 +142,17 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                                                 RealClock::Get(), copts);
   auto recovered = s->controller_->Recover();
   if (!recovered.ok()) return Annotate(recovered, "recovering from --db");
+  if (!opts.queues_file.empty()) {
+    v1::QueueFile file;
+    absl::Status read = ReadYamlFileToMessage(opts.queues_file, &file);
+    if (read.ok()) {
+      read = s->controller_->ApplyQueueFile(
+          file, absl::StrCat("queues file ", opts.queues_file));
+    }
+    if (!read.ok()) {
+      return Annotate(read, absl::StrCat("--queues ", opts.queues_file));
+    }
+  }
   const auth::Authenticator* authn = s->authenticator_.get();
   s->streams_ = std::make_unique<StreamLimits>(opts.max_streams,
                                                opts.max_streams_per_user);
@@ -148,11 +160,13 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                                               s->streams_.get());
   s->nodes_ = std::make_unique<NodeServiceImpl>(s->controller_.get(), authn);
   s->agents_ = std::make_unique<AgentServiceImpl>(s->controller_.get(), authn);
+  s->queues_ = std::make_unique<QueueServiceImpl>(s->controller_.get(), authn);
   s->auth_ = std::make_unique<AuthServiceImpl>(s->controller_.get(), authn,
                                                std::move(node_ca));
   builder.RegisterService(s->auth_.get());
   builder.RegisterService(s->jobs_.get());
   builder.RegisterService(s->nodes_.get());
+  builder.RegisterService(s->queues_.get());
   builder.RegisterService(s->agents_.get());
   s->rendezvous_ = std::make_unique<RendezvousServiceImpl>(s->controller_.get());
   builder.RegisterService(s->rendezvous_.get());

@@ -23,6 +23,8 @@ struct ServerOptions {
   // The SQLite file.
   std::string db;
   control::ControllerOptions controller;
+  // A YAML file of queues applied at start (see v1::QueueFile); empty: none.
+  std::string queues_file;
   // TLS: the server's certificate and key, and the CA that client
   // certificates (agents') must chain to. All three, or none. With them,
   // auth is on: users need a token, agents a node certificate.
@@ -74,6 +76,7 @@ class SchedulerServer {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<NodeServiceImpl> nodes_;
+  std::unique_ptr<QueueServiceImpl> queues_;
   std::unique_ptr<AgentServiceImpl> agents_;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_;
   std::unique_ptr<grpc::Server> server_;

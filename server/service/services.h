@@ -12,6 +12,7 @@
 #include "xl/v1/auth.grpc.pb.h"
 #include "xl/v1/agent.grpc.pb.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
+#include "xl/v1/queue.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 namespace xl::service {
@@ -83,6 +84,37 @@ class NodeServiceImpl : public v1::NodeService::CallbackService {
   grpc::ServerUnaryReactor* ResumeNode(grpc::CallbackServerContext* ctx,
                                        const v1::ResumeNodeRequest* request,
                                        v1::Node* response) override;
+
+ private:
+  Controller* const controller_;
+  const auth::Authenticator* const auth_;
+};
+
+// Reads for every user; changes for admins.
+class QueueServiceImpl : public v1::QueueService::CallbackService {
+ public:
+  QueueServiceImpl(Controller* controller, const auth::Authenticator* auth)
+      : controller_(controller), auth_(auth) {}
+
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx,
+                                       const v1::ListQueuesRequest* request,
+                                       v1::ListQueuesResponse* response) override;
+  grpc::ServerUnaryReactor* GetQueueSpec(grpc::CallbackServerContext* ctx,
+                                         const v1::GetQueueSpecRequest* request,
+                                         v1::Queue* response) override;
+  grpc::ServerUnaryReactor* PutQueue(grpc::CallbackServerContext* ctx,
+                                     const v1::PutQueueRequest* request,
+                                     v1::Queue* response) override;
+  grpc::ServerUnaryReactor* DeleteQueue(
+      grpc::CallbackServerContext* ctx, const v1::DeleteQueueRequest* request,
+      v1::DeleteQueueResponse* response) override;
+  grpc::ServerUnaryReactor* ListQueueChanges(
+      grpc::CallbackServerContext* ctx,
+      const v1::ListQueueChangesRequest* request,
+      v1::ListQueueChangesResponse* response) override;
+  grpc::ServerUnaryReactor* GetShares(grpc::CallbackServerContext* ctx,
+                                      const v1::GetSharesRequest* request,
+                                      v1::GetSharesResponse* response) override;
 
  private:
   Controller* const controller_;

@@ -59,7 +59,7 @@ void JobTable::Erase(int64_t id) {
   if (it == jobs_.end()) return;
   const v1::Job& job = it->second.job;
   if (pending_.erase({-job.spec().priority(), id}) > 0) {
-    CountPending(job.user(), -1);
+    CountPending(job, -1);
   }
   active_.erase(id);
   auto key = keys_.find(ScopedKey(job.user(), job.idempotency_key()));
@@ -67,23 +67,28 @@ void JobTable::Erase(int64_t id) {
   jobs_.erase(it);
 }
 
-void JobTable::CountPending(const std::string& user, int delta) {
-  int64_t& n = pending_by_user_[user];
+void JobTable::CountPending(const v1::Job& job, int delta) {
+  int64_t& n = pending_by_user_[job.user()];
   n += delta;
-  if (n <= 0) pending_by_user_.erase(user);
+  if (n <= 0) pending_by_user_.erase(job.user());
+  const std::pair<std::string, std::string> key(job.spec().queue(),
+                                                job.user());
+  int64_t& q = pending_by_queue_user_[key];
+  q += delta;
+  if (q <= 0) pending_by_queue_user_.erase(key);
 }
 
 void JobTable::Index(JobRecord* rec, v1::JobState from) {
   const int prio = rec->job.spec().priority();
   if (from == v1::PENDING && pending_.erase({-prio, rec->id}) > 0) {
-    CountPending(rec->job.user(), -1);
+    CountPending(rec->job, -1);
   }
   if (IsActive(from)) active_.erase(rec->id);
   const v1::JobState to = rec->job.state();
   if (to == v1::PENDING) {
     auto [it, added] = pending_.insert({{-prio, rec->id}, rec});
     it->second = rec;
-    if (added) CountPending(rec->job.user(), +1);
+    if (added) CountPending(rec->job, +1);
   }
   if (IsActive(to)) active_.insert(rec->id);
 }
@@ -139,6 +144,7 @@ void JobTable::Clear() {
   active_.clear();
   keys_.clear();
   pending_by_user_.clear();
+  pending_by_queue_user_.clear();
   requests_.clear();
 }
 

@@ -119,11 +119,16 @@ class JobTable {
     auto it = pending_by_user_.find(user);
     return it == pending_by_user_.end() ? 0 : it->second;
   }
+  // (queue, user) -> how many of pending_ are theirs (no zero entries).
+  const std::map<std::pair<std::string, std::string>, int64_t>&
+  pending_by_queue_user() const {
+    return pending_by_queue_user_;
+  }
   void Clear();
 
  private:
   void Index(JobRecord* rec, v1::JobState from);
-  void CountPending(const std::string& user, int delta);
+  void CountPending(const v1::Job& job, int delta);
 
   std::map<int64_t, JobRecord> jobs_;
   int64_t next_id_ = 1;
@@ -132,6 +137,8 @@ class JobTable {
   std::map<std::string, int64_t> keys_;
   // user -> how many of pending_ are theirs (no zero entries).
   std::map<std::string, int64_t> pending_by_user_;
+  std::map<std::pair<std::string, std::string>, int64_t>
+      pending_by_queue_user_;
   std::map<std::string, std::weak_ptr<const v1::ResourceRequest>> requests_;
   int64_t interned_ = 0;
 };

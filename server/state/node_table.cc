@@ -49,4 +49,25 @@ std::vector<NodeRecord*> NodeTable::Silent(absl::Time now_mono,
   return out;
 }
 
+std::map<std::string, int64_t> NodeTable::GpuModelsOf(
+    const v1::Job& job) const {
+  std::map<std::string, int64_t> out;
+  for (const v1::Allocation& a : job.allocations()) {
+    const NodeRecord* node = Find(a.node());
+    for (int32_t index : a.gpu_indices()) {
+      const std::string* model = nullptr;
+      if (node != nullptr && node->info != nullptr) {
+        for (const auto& gpu : node->info->gpus) {
+          if (gpu.index == index) {
+            model = &gpu.model;
+            break;
+          }
+        }
+      }
+      ++out[model != nullptr ? *model : std::string("unknown")];
+    }
+  }
+  return out;
+}
+
 }  // namespace xl::state

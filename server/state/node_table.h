@@ -49,6 +49,9 @@ class NodeTable {
  public:
   NodeRecord* Find(const std::string& name);
   const NodeRecord* Find(const std::string& name) const;
+  // GPU model -> GPUs of the job's current allocations ("unknown" for a
+  // GPU of a node not known).
+  std::map<std::string, int64_t> GpuModelsOf(const v1::Job& job) const;
   // Finds or creates the record.
   NodeRecord& Upsert(const std::string& name);
   // Why the node takes no new work now, or "" when it does.

@@ -44,6 +44,10 @@ class SqliteTx : public Tx {
   absl::Status AppendMetrics(const v1::TrainMetrics& metrics) override;
   absl::Status DeleteLogs(int64_t job_id) override;
   absl::Status DeleteJob(int64_t job_id) override;
+  absl::Status PutQueue(const v1::Queue& queue) override;
+  absl::Status DeleteQueue(const std::string& name) override;
+  absl::Status AddQueueChange(const v1::QueueChange& change) override;
+  absl::Status PutUsage(const StoredUsage& usage) override;
   absl::Status Probe() override;
 
  private:
@@ -130,6 +134,19 @@ absl::Status SqliteStore::PrepareStatements() {
   ASSIGN_OR_RETURN(delete_hold_,
                    db_->Prepare("DELETE FROM holds WHERE node = ? AND "
                                 "job_id = ? AND attempt = ?"));
+  ASSIGN_OR_RETURN(put_queue_,
+                   db_->Prepare("INSERT OR REPLACE INTO queues (name, spec, "
+                                "version, updated_us, updated_by) VALUES "
+                                "(?,?,?,?,?)"));
+  ASSIGN_OR_RETURN(delete_queue_,
+                   db_->Prepare("DELETE FROM queues WHERE name = ?"));
+  ASSIGN_OR_RETURN(add_queue_change_,
+                   db_->Prepare("INSERT INTO queue_changes (time_us, queue, "
+                                "by_user, action, spec, version, seq) VALUES "
+                                "(?,?,?,?,?,?,?)"));
+  ASSIGN_OR_RETURN(put_usage_,
+                   db_->Prepare("INSERT OR REPLACE INTO usage (queue, user, "
+                                "gpu_seconds, as_of_us) VALUES (?,?,?,?)"));
   ASSIGN_OR_RETURN(probe_, db_->Prepare("INSERT OR REPLACE INTO probe (id, "
                                         "time_us) VALUES (1, ?)"));
   ASSIGN_OR_RETURN(delete_logs_,
@@ -185,6 +202,7 @@ SqliteStore::~SqliteStore() {
   for (auto* s : {&put_job_, &note_job_id_, &put_rank_exit_,
                   &delete_rank_exits_, &put_token_, &add_event_, &put_node_,
                   &append_log_, &put_hold_, &delete_hold_, &append_metrics_,
+                  &put_queue_, &delete_queue_, &add_queue_change_, &put_usage_,
                   &probe_, &delete_logs_, &delete_job_, &delete_events_,
                   &delete_metrics_, &delete_job_holds_, &savepoint_, &release_,
                   &rollback_to_}) {
@@ -233,6 +251,43 @@ absl::Status SqliteTx::PutNode(const StoredNode& n) {
   s->BindInt(3, n.drained ? 1 : 0);
   s->BindText(4, n.state_reason);
   s->BindInt(5, absl::ToUnixMicros(n.register_time));
+  return s->Run();
+}
+
+absl::Status SqliteTx::PutQueue(const v1::Queue& q) {
+  Statement* s = store_->put_queue_.get();
+  s->BindText(1, q.spec().name());
+  s->BindBlob(2, q.spec().SerializeAsString());
+  s->BindInt(3, q.version());
+  s->BindInt(4, ToUs(q.update_time()));
+  s->BindText(5, q.updated_by());
+  return s->Run();
+}
+
+absl::Status SqliteTx::DeleteQueue(const std::string& name) {
+  Statement* s = store_->delete_queue_.get();
+  s->BindText(1, name);
+  return s->Run();
+}
+
+absl::Status SqliteTx::AddQueueChange(const v1::QueueChange& c) {
+  Statement* s = store_->add_queue_change_.get();
+  s->BindInt(1, ToUs(c.time()));
+  s->BindText(2, c.queue());
+  s->BindText(3, c.by());
+  s->BindText(4, c.action());
+  s->BindBlob(5, c.spec().SerializeAsString());
+  s->BindInt(6, c.version());
+  s->BindInt(7, c.seq());
+  return s->Run();
+}
+
+absl::Status SqliteTx::PutUsage(const StoredUsage& u) {
+  Statement* s = store_->put_usage_.get();
+  s->BindText(1, u.queue);
+  s->BindText(2, u.user);
+  s->BindDouble(3, u.gpu_seconds);
+  s->BindInt(4, absl::ToUnixMicros(u.as_of));
   return s->Run();
 }
 
@@ -460,6 +515,57 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
                                           "FROM logs GROUP BY job_id"));
     RETURN_IF_ERROR(s->ForEachRow([&] {
       state.log_bytes[s->ColumnInt(0)] = s->ColumnInt(1);
+      return absl::OkStatus();
+    }));
+  }
+  {
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT spec, version, updated_us, "
+                                         "updated_by FROM queues ORDER BY "
+                                         "name"));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      v1::Queue q;
+      if (!q.mutable_spec()->ParseFromString(s->ColumnBlob(0))) {
+        return absl::DataLossError("cannot parse a queue row");
+      }
+      q.set_version(s->ColumnInt(1));
+      *q.mutable_update_time() =
+          ToProtoTime(absl::FromUnixMicros(s->ColumnInt(2)));
+      q.set_updated_by(s->ColumnText(3));
+      q.set_defined(true);
+      state.queues.push_back(std::move(q));
+      return absl::OkStatus();
+    }));
+  }
+  {
+    ASSIGN_OR_RETURN(
+        auto s, db->Prepare(absl::StrCat(
+                    "SELECT seq, time_us, queue, by_user, action, spec, "
+                    "version FROM (SELECT * FROM queue_changes ORDER BY seq "
+                    "DESC LIMIT ",
+                    kLoadedQueueChanges, ") ORDER BY seq")));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      v1::QueueChange c;
+      c.set_seq(s->ColumnInt(0));
+      *c.mutable_time() = ToProtoTime(absl::FromUnixMicros(s->ColumnInt(1)));
+      c.set_queue(s->ColumnText(2));
+      c.set_by(s->ColumnText(3));
+      c.set_action(s->ColumnText(4));
+      (void)c.mutable_spec()->ParseFromString(s->ColumnBlob(5));
+      c.set_version(s->ColumnInt(6));
+      state.queue_changes.push_back(std::move(c));
+      return absl::OkStatus();
+    }));
+  }
+  {
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT queue, user, gpu_seconds, "
+                                         "as_of_us FROM usage"));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      StoredUsage u;
+      u.queue = s->ColumnText(0);
+      u.user = s->ColumnText(1);
+      u.gpu_seconds = s->ColumnDouble(2);
+      u.as_of = absl::FromUnixMicros(s->ColumnInt(3));
+      state.usage.push_back(std::move(u));
       return absl::OkStatus();
     }));
   }

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "xl/v1/job.pb.h"
 #include "xl/v1/node.pb.h"
+#include "xl/v1/queue.pb.h"
 
 namespace xl::store {
 
@@ -43,6 +44,14 @@ struct StoredHold {
   v1::Allocation allocation;
 };
 
+// Decayed GPU-seconds of a queue (user empty) or of a user in a queue.
+struct StoredUsage {
+  std::string queue;
+  std::string user;
+  double gpu_seconds = 0;
+  absl::Time as_of;
+};
+
 struct StoredState {
   std::vector<v1::Job> jobs;          // in id order
   std::vector<v1::JobEvent> events;   // in (job, seq) order
@@ -54,7 +63,14 @@ struct StoredState {
   std::map<int64_t, int64_t> log_bytes;
   // The highest job id ever given (jobs may have been deleted since).
   int64_t last_job_id = 0;
+  // Defined queues (spec, version, update_time, updated_by), by name.
+  std::vector<v1::Queue> queues;
+  // The latest changes to queues, oldest first (at most kLoadedQueueChanges).
+  std::vector<v1::QueueChange> queue_changes;
+  std::vector<StoredUsage> usage;
 };
+
+inline constexpr int kLoadedQueueChanges = 1000;
 
 // The writes of one transaction; valid only inside a Write() function.
 class Tx {
@@ -84,6 +100,12 @@ class Tx {
   // Retention: removes a job's output, or the job with everything it has.
   virtual absl::Status DeleteLogs(int64_t job_id) = 0;
   virtual absl::Status DeleteJob(int64_t job_id) = 0;
+  // Inserts or replaces a queue (its spec and version), or deletes one.
+  virtual absl::Status PutQueue(const v1::Queue& queue) = 0;
+  virtual absl::Status DeleteQueue(const std::string& name) = 0;
+  // Records a change to a queue (its seq given by the caller).
+  virtual absl::Status AddQueueChange(const v1::QueueChange& change) = 0;
+  virtual absl::Status PutUsage(const StoredUsage& usage) = 0;
   // A small write that touches the disk: tells whether writes work again.
   virtual absl::Status Probe() = 0;
 };

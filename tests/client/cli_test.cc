@@ -259,13 +259,58 @@ TEST_F(CliTest, LogsWaitCancelDrainFlags) {
   EXPECT_EQ(drain.invocation().reason, "disk");
 }
 
+TEST_F(CliTest, QueueSubcommandsAndTheirFlags) {
+  ASSERT_EQ(Parse({"queue", "set", "research", "--weight", "2.5", "--cohort",
+                   "lab", "--quota", "NVIDIA H100 80GB HBM3=64,borrow=16",
+                   "--quota", "*=8,lend=4", "--max-time-limit", "3d",
+                   "--max-running-gpus-per-user", "16"}),
+            std::nullopt)
+      << err_.str();
+  const QueueOptions& q = inv().queue;
+  EXPECT_EQ(inv().command, "queue");
+  EXPECT_EQ(q.verb, "set");
+  EXPECT_EQ(q.name, "research");
+  EXPECT_EQ(q.weight, 2.5);
+  EXPECT_EQ(q.cohort, "lab");
+  EXPECT_THAT(q.quotas, ElementsAre("NVIDIA H100 80GB HBM3=64,borrow=16",
+                                    "*=8,lend=4"));
+  EXPECT_EQ(q.max_time_limit, "3d");
+  EXPECT_EQ(q.max_running_gpus_per_user, 16);
+  // Flags not given stay unset: set changes only what it is told.
+  EXPECT_FALSE(q.default_time_limit.has_value());
+  EXPECT_FALSE(q.max_pending_jobs_per_user.has_value());
+  EXPECT_FALSE(q.max_priority.has_value());
+
+  CommandLine summary;
+  ASSERT_EQ(summary.Parse({"queue"}, out_, err_), std::nullopt);
+  EXPECT_EQ(summary.invocation().queue.verb, "");
+  CommandLine show;
+  ASSERT_EQ(show.Parse({"queue", "show", "research"}, out_, err_),
+            std::nullopt);
+  EXPECT_EQ(show.invocation().queue.verb, "show");
+  CommandLine missing;
+  EXPECT_EQ(missing.Parse({"queue", "delete"}, out_, err_), kExitUsage);
+
+  auto quota = ParseQuotaFlag("NVIDIA A100-SXM4-80GB=8,borrow=2,lend=1");
+  ASSERT_TRUE(quota.ok());
+  EXPECT_EQ(quota->gpu_model(), "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(quota->nominal_gpus(), 8);
+  EXPECT_EQ(quota->borrowing_limit_gpus(), 2);
+  EXPECT_EQ(quota->lending_limit_gpus(), 1);
+  EXPECT_FALSE(ParseQuotaFlag("*=4")->has_borrowing_limit_gpus());
+  for (const char* bad : {"8", "=8", "*=x", "*=-1", "*=4,steal=2", "*=4,borrow"}) {
+    EXPECT_FALSE(ParseQuotaFlag(bad).ok()) << bad;
+  }
+}
+
 TEST_F(CliTest, EveryCommandParses) {
   const std::vector<std::vector<std::string>> lines = {
       {"get", "1"},    {"list"},         {"queue"},
       {"cancel", "1"}, {"logs", "1"},    {"watch", "1"},
       {"wait", "1"},   {"nodes"},        {"node", "n"},
       {"drain", "n"},  {"resume", "n"},  {"submit", "f"},
-      {"top"},         {"metrics", "1"}, {"plan", "--params", "7B"}};
+      {"top"},         {"metrics", "1"}, {"plan", "--params", "7B"},
+      {"share"},       {"explain", "1"}};
   for (const auto& line : lines) {
     CommandLine command_line;
     EXPECT_EQ(command_line.Parse(line, out_, err_), std::nullopt) << line[0];

@@ -257,10 +257,17 @@ TEST(OutputTest, ExplainSaysWhyWhenAndWhatIsAhead) {
   e.set_gpus_ahead(16);
   e.mutable_priority()->set_priority(3);
   e.mutable_priority()->set_submit_order(6);
+  e.mutable_priority()->set_effective(78.25);
+  e.mutable_priority()->set_fair_share_factor(0.75);
+  e.mutable_priority()->set_fair_share_weight(100);
+  e.mutable_priority()->set_age_factor(0.025);
+  e.mutable_priority()->set_age_weight(10);
   v1::QueuedJob* q = e.add_ahead();
   q->set_job_id("5");
   q->set_user("alice");
+  q->set_queue("research");
   q->set_priority(5);
+  q->set_effective_priority(102.5);
   q->set_nodes(2);
   q->set_gpus_per_node(8);
   *q->mutable_estimated_start_time() = xl::ToProtoTime(kNow + absl::Hours(2));
@@ -268,8 +275,10 @@ TEST(OutputTest, ExplainSaysWhyWhenAndWhatIsAhead) {
   for (const char* want :
        {"Job 6 (bob, queue default) is PENDING: number 2 of 7 pending jobs",
         "needs 1 node x (8 GPUs); 0 fit now", "no estimate",
-        "1 jobs asking for 16 GPUs", "Priority:", "3 (submit order 6)",
-        "AHEAD", "alice", "(in 2h)"}) {
+        "1 jobs asking for 16 GPUs", "Priority:",
+        "78.25 effective = 3 priority + 0.750 fair share x 100 + 0.025 age x "
+        "10 (submit order 6)",
+        "AHEAD", "alice", "research", "102.50", "(in 2h)"}) {
     EXPECT_THAT(text, HasSubstr(want)) << text;
   }
   *job->mutable_estimated_start_time() = xl::ToProtoTime(kNow + absl::Minutes(30));

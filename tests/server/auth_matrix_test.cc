@@ -24,6 +24,7 @@
 #include "server/service/scheduler_server.h"
 #include "xl/v1/agent.grpc.pb.h"
 #include "xl/v1/auth.grpc.pb.h"
+#include "xl/v1/queue.grpc.pb.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
@@ -436,6 +437,52 @@ TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
           req.set_name("n1");
           v1::Node resp;
           return nodes(w).ResumeNode(c, req, &resp);
+        });
+  auto queues = [&](int w) { return v1::QueueService::Stub(channel_[w]); };
+  {
+    // A queue for the admin's delete to find.
+    v1::PutQueueRequest req;
+    req.mutable_spec()->set_name("doomed");
+    v1::Queue resp;
+    auto ctx = Context(kAdmin);
+    ASSERT_TRUE(queues(kAdmin).PutQueue(ctx.get(), req, &resp).ok());
+  }
+  unary("QueueService.ListQueues", kAnyUser,
+        [&](int w, grpc::ClientContext* c) {
+          v1::ListQueuesResponse resp;
+          return queues(w).ListQueues(c, {}, &resp);
+        });
+  unary("QueueService.GetQueueSpec", kAnyUser,
+        [&](int w, grpc::ClientContext* c) {
+          v1::GetQueueSpecRequest req;
+          req.set_name("default");
+          v1::Queue resp;
+          return queues(w).GetQueueSpec(c, req, &resp);
+        });
+  unary("QueueService.PutQueue", kAdminOnly,
+        [&](int w, grpc::ClientContext* c) {
+          v1::PutQueueRequest req;
+          req.mutable_spec()->set_name("made-in-matrix");
+          req.mutable_spec()->set_weight(2 + w);
+          v1::Queue resp;
+          return queues(w).PutQueue(c, req, &resp);
+        });
+  unary("QueueService.DeleteQueue", kAdminOnly,
+        [&](int w, grpc::ClientContext* c) {
+          v1::DeleteQueueRequest req;
+          req.set_name("doomed");
+          v1::DeleteQueueResponse resp;
+          return queues(w).DeleteQueue(c, req, &resp);
+        });
+  unary("QueueService.ListQueueChanges", kAnyUser,
+        [&](int w, grpc::ClientContext* c) {
+          v1::ListQueueChangesResponse resp;
+          return queues(w).ListQueueChanges(c, {}, &resp);
+        });
+  unary("QueueService.GetShares", kAnyUser,
+        [&](int w, grpc::ClientContext* c) {
+          v1::GetSharesResponse resp;
+          return queues(w).GetShares(c, {}, &resp);
         });
   auto auth = [&](int w) { return v1::AuthService::Stub(channel_[w]); };
   unary("AuthService.WhoAmI", kAnyone, [&](int w, grpc::ClientContext* c) {

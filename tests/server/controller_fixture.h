@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,6 +109,7 @@ class ControllerTest : public ::testing::Test {
     opts.self_pause = self_pause_;
     opts.max_log_bytes_per_job = max_log_bytes_per_job_;
     opts.submit_limits = submit_limits_;
+    if (tweak_) tweak_(&opts);
     controller_ = std::make_unique<Controller>(faulty_.get(), &clock_, opts);
     ASSERT_TRUE(controller_->Recover().ok());
   }
@@ -242,6 +244,8 @@ class ControllerTest : public ::testing::Test {
   int64_t max_log_bytes_per_job_ = int64_t{1} << 30;
   // Off: these tests step the clock without ticking.
   absl::Duration self_pause_ = absl::InfiniteDuration();
+  // Changes the options Open() gives the controller.
+  std::function<void(ControllerOptions*)> tweak_;
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<store::FaultyStore> faulty_;
   std::unique_ptr<Controller> controller_;

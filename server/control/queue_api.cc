@@ -1,0 +1,493 @@
+// The QueueService side of the controller: queues as objects (specs,
+// versions, recorded changes), the checks a queue makes at submit, and fair
+// share (GPU time counted into decayed usage, stored about once a minute,
+// turned into each pending job's effective priority).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/duration.h"
+#include "common/status.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "server/control/controller.h"
+
+namespace xl::control {
+namespace {
+
+const v1::QueueSpec& ImplicitDefault() {
+  static const v1::QueueSpec* spec = [] {
+    auto* s = new v1::QueueSpec;
+    s->set_name(scheduler::kDefaultQueue);
+    s->set_weight(1);
+    return s;
+  }();
+  return *spec;
+}
+
+int64_t GpusOf(const v1::Job& job) {
+  int64_t n = 0;
+  for (const v1::Allocation& a : job.allocations()) n += a.gpu_indices_size();
+  return n;
+}
+
+}  // namespace
+
+const v1::QueueSpec* Controller::QueueSpecOf(const std::string& name) const {
+  auto it = queues_.find(name);
+  if (it != queues_.end()) return &it->second.spec();
+  if (name == scheduler::kDefaultQueue) return &ImplicitDefault();
+  return nullptr;
+}
+
+void Controller::SetPolicy(const v1::QueueSpec& spec) {
+  if (spec.quotas_size() > 0 || spec.max_running_gpus_per_user() > 0) {
+    policies_[spec.name()] = scheduler::QueuePolicy::FromSpec(spec);
+  } else {
+    policies_.erase(spec.name());
+  }
+}
+
+absl::Status Controller::ApplyQueueToSpec(const std::string& user,
+                                          v1::JobSpec* spec) {
+  const v1::QueueSpec* q = QueueSpecOf(spec->queue());
+  if (q == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& [name, queue] : queues_) {
+      if (names.size() < 20) names.push_back(name);
+    }
+    if (queues_.count(scheduler::kDefaultQueue) == 0) {
+      names.push_back(scheduler::kDefaultQueue);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue: there is no queue '", spec->queue(), "'; queues here: ",
+        absl::StrJoin(names, ", "), queues_.size() >= 20 ? ", ..." : "",
+        " (xlctl queue list); submit to one of them, or ask an admin to "
+        "create it (xlctl queue set ", spec->queue(), ")"));
+  }
+  if (q->has_max_priority() && spec->priority() > q->max_priority()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "priority: ", spec->priority(), " is above queue ", q->name(),
+        "'s max_priority ", q->max_priority(), "; give ", q->max_priority(),
+        " or less"));
+  }
+  const absl::Duration limit = FromProto(spec->time_limit());
+  const absl::Duration def = FromProto(q->default_time_limit());
+  const absl::Duration max = FromProto(q->max_time_limit());
+  if (limit <= absl::ZeroDuration()) {
+    // As Slurm's partitions: the default, else the maximum.
+    if (def > absl::ZeroDuration()) {
+      *spec->mutable_time_limit() = q->default_time_limit();
+    } else if (max > absl::ZeroDuration()) {
+      *spec->mutable_time_limit() = q->max_time_limit();
+    }
+  } else if (max > absl::ZeroDuration() && limit > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "time_limit: ", HumanDuration(limit), " is more than queue ",
+        q->name(), "'s max_time_limit ", HumanDuration(max), "; ask for ",
+        HumanDuration(max), " or less (with checkpoints, a requeued job "
+        "goes on from the last one)"));
+  }
+  if (q->max_pending_jobs_per_user() > 0) {
+    const auto& pending = jobs_.pending_by_queue_user();
+    auto it = pending.find({spec->queue(), user});
+    const int64_t n = it == pending.end() ? 0 : it->second;
+    if (n >= q->max_pending_jobs_per_user()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "queue ", q->name(), " allows ", q->max_pending_jobs_per_user(),
+          " pending jobs per user (max_pending_jobs_per_user) and ", user,
+          " has ", n, "; submit again once some have started, or cancel "
+          "some (xlctl list --user ", user, " --queue ", q->name(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Controller::AccrueUsage() {
+  const absl::Time mono = clock_->MonotonicNow();
+  if (last_accrual_mono_ == absl::InfinitePast()) {
+    last_accrual_mono_ = mono;
+    next_usage_store_mono_ = mono + opts_.usage_store_interval;
+    return;
+  }
+  const absl::Duration dt = mono - last_accrual_mono_;
+  if (dt < opts_.usage_interval) return;
+  last_accrual_mono_ = mono;
+  // GPU time on the monotonic clock; the decay, which must survive a
+  // restart, on the wall clock (a step back decays nothing).
+  const absl::Time wall = clock_->Now();
+  const double seconds = absl::ToDoubleSeconds(dt);
+  const absl::Duration half_life = opts_.priority_weights.half_life;
+  std::map<std::pair<std::string, std::string>, int64_t> gpus;
+  for (int64_t id : jobs_.active()) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr) continue;
+    const int64_t n = GpusOf(rec->job);
+    if (n > 0) gpus[{rec->job.spec().queue(), rec->job.user()}] += n;
+  }
+  for (const auto& [key, n] : gpus) {
+    queue_usage_[key.first].Add(n * seconds, wall, half_life);
+    user_usage_[key].Add(n * seconds, wall, half_life);
+  }
+  if (mono >= next_usage_store_mono_) {
+    next_usage_store_mono_ = mono + opts_.usage_store_interval;
+    StoreUsage();
+  }
+}
+
+void Controller::StoreUsage() {
+  if (queue_usage_.empty()) return;
+  std::vector<store::StoredUsage> rows;
+  for (const auto& [queue, u] : queue_usage_) {
+    rows.push_back({queue, "", u.value, u.as_of});
+  }
+  for (const auto& [key, u] : user_usage_) {
+    rows.push_back({key.first, key.second, u.value, u.as_of});
+  }
+  Commit(
+      [rows = std::move(rows)](store::Tx& tx) {
+        for (const auto& row : rows) RETURN_IF_ERROR(tx.PutUsage(row));
+        return absl::OkStatus();
+      },
+      nullptr);
+}
+
+Controller::ShareInputs Controller::CollectShares() const {
+  ShareInputs in;
+  for (const auto& [name, queue] : queues_) {
+    in.weights[name] = queue.spec().weight() > 0 ? queue.spec().weight() : 1;
+  }
+  if (in.weights.count(scheduler::kDefaultQueue) == 0) {
+    in.weights[scheduler::kDefaultQueue] = 1;
+  }
+  const absl::Time wall = clock_->Now();
+  const absl::Duration half_life = opts_.priority_weights.half_life;
+  for (const auto& [queue, u] : queue_usage_) {
+    if (in.weights.count(queue) == 0) continue;
+    in.queue_usage[queue] = u.At(wall, half_life);
+  }
+  for (const auto& [key, u] : user_usage_) {
+    if (in.weights.count(key.first) == 0) continue;
+    in.user_usage[key] = u.At(wall, half_life);
+  }
+  std::set<std::pair<std::string, std::string>> active;
+  for (const auto& [key, n] : jobs_.pending_by_queue_user()) {
+    active.insert(key);
+    in.user_pending[key] = n;
+  }
+  for (int64_t id : jobs_.active()) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr) continue;
+    const std::pair<std::string, std::string> key(rec->job.spec().queue(),
+                                                  rec->job.user());
+    active.insert(key);
+    const int64_t n = GpusOf(rec->job);
+    in.running_gpus[key.first] += n;
+    in.user_running_gpus[key] += n;
+  }
+  for (const auto& key : active) ++in.active_users[key.first];
+  return in;
+}
+
+double Controller::EffectiveOf(const JobRecord& rec,
+                               const scheduler::FairShare& fs,
+                               double* fair_share_factor,
+                               double* age_factor) const {
+  const double factor = fs.Factor(rec.job.spec().queue(), rec.job.user());
+  if (fair_share_factor != nullptr) *fair_share_factor = factor;
+  const absl::Duration waited =
+      clock_->Now() - FromProto(rec.job.create_time());
+  return scheduler::EffectivePriority(rec.job.spec().priority(), factor,
+                                      waited, opts_.priority_weights,
+                                      age_factor);
+}
+
+void Controller::ChangeQueue(const std::string& by, const std::string& action,
+                             v1::Queue queue,
+                             std::function<void(absl::Status)> answer) {
+  v1::QueueChange change;
+  change.set_seq(next_queue_change_seq_++);
+  *change.mutable_time() = ToProtoTime(clock_->Now());
+  change.set_queue(queue.spec().name());
+  change.set_by(by);
+  change.set_action(action);
+  *change.mutable_spec() = queue.spec();
+  change.set_version(queue.version());
+  const std::string name = queue.spec().name();
+  const bool remove = action == "delete";
+  if (remove) {
+    queues_.erase(name);
+    policies_.erase(name);
+  } else {
+    queues_[name] = queue;
+    SetPolicy(queue.spec());
+  }
+  queue_changes_.push_back(change);
+  while (queue_changes_.size() > store::kLoadedQueueChanges) {
+    queue_changes_.pop_front();
+  }
+  // Policies changed: the whole queue is looked at again.
+  capacity_freed_ = true;
+  pass_needed_ = true;
+  Commit(
+      [queue = std::move(queue), change = std::move(change), remove,
+       name](store::Tx& tx) {
+        RETURN_IF_ERROR(remove ? tx.DeleteQueue(name) : tx.PutQueue(queue));
+        return tx.AddQueueChange(change);
+      },
+      nullptr, std::move(answer));
+}
+
+void Controller::PutQueue(
+    const std::string& user, v1::PutQueueRequest request,
+    std::function<void(absl::StatusOr<v1::Queue>)> done) {
+  v1::QueueSpec spec = std::move(*request.mutable_spec());
+  if (absl::Status valid = scheduler::ValidateQueueSpec(&spec); !valid.ok()) {
+    done(valid);
+    return;
+  }
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queues_.find(spec.name());
+    const int64_t version = it == queues_.end() ? 0 : it->second.version();
+    if (degraded_) {
+      refused = absl::UnavailableError(degraded_reason_);
+    } else if (request.expected_version() > 0 &&
+               request.expected_version() != version) {
+      refused = absl::FailedPreconditionError(absl::StrCat(
+          "queue ", spec.name(), " is at version ", version, ", not ",
+          request.expected_version(), "; someone changed it: read it again "
+          "(xlctl queue show ", spec.name(), ") and retry"));
+    } else if (it != queues_.end() &&
+               google::protobuf::util::MessageDifferencer::Equals(
+                   it->second.spec(), spec)) {
+      // Nothing changes: no new version, nothing recorded.
+      v1::Queue same = it->second;
+      mu_.Unlock();
+      done(same);
+      mu_.Lock();
+      return;
+    } else {
+      v1::Queue queue;
+      *queue.mutable_spec() = spec;
+      queue.set_version(version + 1);
+      *queue.mutable_update_time() = ToProtoTime(clock_->Now());
+      queue.set_updated_by(user);
+      queue.set_defined(true);
+      const std::string name = spec.name();
+      ChangeQueue(user, it == queues_.end() ? "create" : "update",
+                  std::move(queue), [this, name, done](absl::Status st) {
+                    if (!st.ok()) {
+                      done(st);
+                      return;
+                    }
+                    done(GetQueueSpec(name));
+                  });
+      return;
+    }
+  }
+  done(refused);
+}
+
+void Controller::DeleteQueue(const std::string& user, const std::string& name,
+                             std::function<void(absl::Status)> done) {
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queues_.find(name);
+    if (degraded_) {
+      refused = absl::UnavailableError(degraded_reason_);
+    } else if (name.empty()) {
+      refused = absl::InvalidArgumentError(
+          "name: required; xlctl queue list shows the queues");
+    } else if (it == queues_.end()) {
+      refused = absl::NotFoundError(absl::StrCat(
+          "queue ", name, " is not defined; xlctl queue list shows the "
+          "queues"));
+    } else {
+      int64_t pending = 0, running = 0;
+      const auto& by = jobs_.pending_by_queue_user();
+      for (auto p = by.lower_bound({name, ""});
+           p != by.end() && p->first.first == name; ++p) {
+        pending += p->second;
+      }
+      for (int64_t id : jobs_.active()) {
+        const JobRecord* rec = jobs_.Find(id);
+        if (rec != nullptr && rec->job.spec().queue() == name) ++running;
+      }
+      // "default" goes back to the implicit one; its jobs stay valid.
+      if (name != scheduler::kDefaultQueue && pending + running > 0) {
+        refused = absl::FailedPreconditionError(absl::StrCat(
+            "queue ", name, " has ", pending, " pending and ", running,
+            " running jobs; cancel them or let them end (xlctl list --queue ",
+            name, "), then delete it"));
+      } else {
+        v1::Queue queue = it->second;
+        ChangeQueue(user, "delete", std::move(queue), std::move(done));
+        return;
+      }
+    }
+  }
+  done(refused);
+}
+
+absl::StatusOr<v1::Queue> Controller::GetQueueSpec(const std::string& name) {
+  ASSIGN_OR_RETURN(v1::ListQueuesResponse all, ListQueues());
+  for (v1::Queue& q : *all.mutable_queues()) {
+    if (q.spec().name() == name) return std::move(q);
+  }
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        "name: required; xlctl queue list shows the queues");
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "there is no queue '", name, "'; xlctl queue list shows the queues"));
+}
+
+absl::StatusOr<v1::ListQueuesResponse> Controller::ListQueues() {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, v1::Queue> out;
+  for (const auto& [name, queue] : queues_) out[name] = queue;
+  if (out.count(scheduler::kDefaultQueue) == 0) {
+    v1::Queue& d = out[scheduler::kDefaultQueue];
+    *d.mutable_spec() = ImplicitDefault();
+  }
+  std::map<std::string, std::map<std::string, int64_t>> by_model, by_user;
+  for (int64_t id : jobs_.active()) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr) continue;
+    const std::string& queue = rec->job.spec().queue();
+    auto q = out.find(queue);
+    if (q == out.end()) continue;
+    q->second.set_running_jobs(q->second.running_jobs() + 1);
+    for (const auto& [model, n] : nodes_.GpuModelsOf(rec->job)) {
+      by_model[queue][model] += n;
+      by_user[queue][rec->job.user()] += n;
+    }
+  }
+  for (const auto& [key, n] : jobs_.pending_by_queue_user()) {
+    auto q = out.find(key.first);
+    if (q != out.end()) q->second.set_pending_jobs(q->second.pending_jobs() + n);
+  }
+  const scheduler::QuotaBook book(&policies_, by_model, by_user);
+  v1::ListQueuesResponse resp;
+  for (auto& [name, queue] : out) {
+    auto* in_use = queue.mutable_gpus_in_use();
+    auto p = policies_.find(name);
+    if (p != policies_.end() && !p->second.quotas.empty()) {
+      for (const auto& [key, quota] : p->second.quotas) {
+        (*in_use)[key] = book.Used(name, key);
+      }
+      queue.set_gpus_borrowed(book.Borrowed(name));
+    } else {
+      for (const auto& [model, n] : by_model[name]) (*in_use)[model] = n;
+    }
+    *resp.add_queues() = std::move(queue);
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::ListQueueChangesResponse> Controller::ListQueueChanges(
+    const v1::ListQueueChangesRequest& request) {
+  int limit = request.page_size();
+  if (limit < 0) {
+    return absl::InvalidArgumentError("page_size: must not be negative");
+  }
+  if (limit == 0) limit = 100;
+  limit = std::min(limit, 1000);
+  absl::MutexLock lock(&mu_);
+  v1::ListQueueChangesResponse resp;
+  for (auto it = queue_changes_.rbegin();
+       it != queue_changes_.rend() && resp.changes_size() < limit; ++it) {
+    if (!request.queue().empty() && it->queue() != request.queue()) continue;
+    *resp.add_changes() = *it;
+  }
+  return resp;
+}
+
+v1::GetSharesResponse Controller::GetShares() {
+  absl::MutexLock lock(&mu_);
+  const ShareInputs in = CollectShares();
+  const scheduler::FairShare fs(in.weights, in.queue_usage, in.user_usage,
+                                in.active_users);
+  v1::GetSharesResponse resp;
+  auto get = [](const auto& m, const auto& k) {
+    auto it = m.find(k);
+    return it == m.end() ? decltype(it->second){} : it->second;
+  };
+  std::set<std::pair<std::string, std::string>> users;
+  for (const auto& [key, u] : in.user_usage) users.insert(key);
+  for (const auto& [key, n] : in.user_pending) users.insert(key);
+  for (const auto& [key, n] : in.user_running_gpus) users.insert(key);
+  for (const auto& [queue, weight] : in.weights) {
+    v1::ShareRow* row = resp.add_rows();
+    row->set_queue(queue);
+    row->set_weight(weight);
+    row->set_share(fs.QueueShare(queue));
+    row->set_gpu_hours(get(in.queue_usage, queue) / 3600);
+    row->set_usage(fs.QueueUsage(queue));
+    row->set_fair_share_factor(fs.QueueFactor(queue));
+    row->set_running_gpus(get(in.running_gpus, queue));
+    for (auto it = users.lower_bound({queue, ""});
+         it != users.end() && it->first == queue; ++it) {
+      v1::ShareRow* u = resp.add_rows();
+      u->set_queue(queue);
+      u->set_user(it->second);
+      u->set_weight(weight);
+      u->set_share(fs.UserShare(queue));
+      u->set_gpu_hours(get(in.user_usage, *it) / 3600);
+      u->set_usage(fs.UserUsage(queue, it->second));
+      u->set_fair_share_factor(fs.Factor(queue, it->second));
+      u->set_running_gpus(get(in.user_running_gpus, *it));
+      u->set_pending_jobs(get(in.user_pending, *it));
+      row->set_pending_jobs(row->pending_jobs() + u->pending_jobs());
+    }
+  }
+  *resp.mutable_half_life() = ToProtoDuration(opts_.priority_weights.half_life);
+  resp.set_fair_share_weight(opts_.priority_weights.fair_share);
+  resp.set_age_weight(opts_.priority_weights.age);
+  *resp.mutable_max_age() = ToProtoDuration(opts_.priority_weights.max_age);
+  return resp;
+}
+
+absl::Status Controller::ApplyQueueFile(const v1::QueueFile& file,
+                                        const std::string& by) {
+  for (int i = 0; i < file.queues_size(); ++i) {
+    v1::QueueSpec spec = file.queues(i);
+    absl::Status valid = scheduler::ValidateQueueSpec(&spec);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("queues[", i, "].", valid.message()));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (file.queues(j).name() == spec.name()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "queues[", i, "].name: queue ", spec.name(),
+            " is given twice (also queues[", j, "]); give each once"));
+      }
+    }
+  }
+  for (const v1::QueueSpec& spec : file.queues()) {
+    v1::PutQueueRequest request;
+    *request.mutable_spec() = spec;
+    absl::Mutex mu;
+    bool finished = false;
+    absl::Status result;
+    PutQueue(by, request, [&](absl::StatusOr<v1::Queue> q) {
+      absl::MutexLock lock(&mu);
+      result = q.status();
+      finished = true;
+    });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&finished));
+    if (!result.ok()) {
+      return absl::Status(result.code(),
+                          absl::StrCat("queue ", spec.name(), ": ",
+                                       result.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xl::control

@@ -1,0 +1,270 @@
+// Queues as objects in the controller, with a real store and a fake clock:
+// versions, recorded changes and restarts; what a queue checks at submit;
+// quotas holding jobs with their own reason; fair-share usage counted,
+// stored, reloaded and ordering the queue.
+#include "tests/server/controller_fixture.h"
+
+#include "common/duration.h"
+
+namespace xl::control {
+namespace {
+
+class QueuesTest : public ControllerTest {
+ protected:
+  absl::StatusOr<v1::Queue> Put(const v1::QueueSpec& spec,
+                                int64_t expected_version = 0,
+                                const std::string& by = "root") {
+    v1::PutQueueRequest req;
+    *req.mutable_spec() = spec;
+    req.set_expected_version(expected_version);
+    absl::Mutex mu;
+    bool done = false;
+    absl::StatusOr<v1::Queue> out;
+    controller_->PutQueue(by, req, [&](absl::StatusOr<v1::Queue> q) {
+      absl::MutexLock lock(&mu);
+      out = std::move(q);
+      done = true;
+    });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    return out;
+  }
+  absl::Status Delete(const std::string& name) {
+    absl::Mutex mu;
+    bool done = false;
+    absl::Status out;
+    controller_->DeleteQueue("root", name, [&](absl::Status st) {
+      absl::MutexLock lock(&mu);
+      out = std::move(st);
+      done = true;
+    });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    return out;
+  }
+  absl::StatusOr<v1::SubmitJobResponse> SubmitTo(
+      const std::string& queue, int gpus, int priority = 0,
+      int time_limit_s = 0) {
+    v1::SubmitJobRequest req;
+    auto* spec = req.mutable_spec();
+    spec->add_command("/bin/true");
+    spec->set_queue(queue);
+    spec->set_priority(priority);
+    spec->mutable_resources()->set_nodes(1);
+    spec->mutable_resources()->set_gpus_per_node(gpus);
+    spec->mutable_time_limit()->set_seconds(time_limit_s);
+    return SubmitRequest(req);
+  }
+  static v1::QueueSpec Spec(const std::string& name, double weight) {
+    v1::QueueSpec spec;
+    spec.set_name(name);
+    spec.set_weight(weight);
+    return spec;
+  }
+};
+
+TEST_F(QueuesTest, ChangesAreVersionedRecordedAndSurviveRestart) {
+  v1::QueueSpec spec = Spec("research", 2);
+  auto* quota = spec.add_quotas();
+  quota->set_gpu_model("*");
+  quota->set_nominal_gpus(8);
+  auto created = Put(spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->version(), 1);
+  EXPECT_EQ(created->updated_by(), "root");
+  EXPECT_TRUE(created->defined());
+  // The same spec again changes nothing and records nothing.
+  EXPECT_EQ(Put(spec)->version(), 1);
+  spec.set_weight(3);
+  EXPECT_EQ(Put(spec, /*expected_version=*/1)->version(), 2);
+  // A change made against an old version is refused and changes nothing.
+  spec.set_weight(5);
+  auto stale = Put(spec, /*expected_version=*/1);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("at version 2, not 1"),
+            std::string::npos);
+  // A bad spec is refused naming the field, and changes nothing.
+  spec.set_weight(-1);
+  auto bad = Put(spec);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().rfind("weight:", 0), 0u);
+  EXPECT_EQ(controller_->GetQueueSpec("research")->spec().weight(), 3);
+
+  Settle();
+  Open();  // a restart
+  auto after = controller_->GetQueueSpec("research");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->version(), 2);
+  EXPECT_EQ(after->spec().weight(), 3);
+  EXPECT_EQ(after->spec().quotas(0).nominal_gpus(), 8);
+  v1::ListQueueChangesRequest req;
+  auto changes = controller_->ListQueueChanges(req);
+  ASSERT_TRUE(changes.ok());
+  ASSERT_EQ(changes->changes_size(), 2);
+  EXPECT_EQ(changes->changes(0).action(), "update");
+  EXPECT_EQ(changes->changes(0).version(), 2);
+  EXPECT_EQ(changes->changes(1).action(), "create");
+  EXPECT_EQ(changes->changes(1).by(), "root");
+  // Numbering goes on after the restart.
+  spec.set_weight(4);
+  ASSERT_TRUE(Put(spec).ok());
+  changes = controller_->ListQueueChanges(req);
+  EXPECT_EQ(changes->changes(0).seq(), 3);
+
+  // The implicit default queue is listed, not defined.
+  auto all = controller_->ListQueues();
+  ASSERT_EQ(all->queues_size(), 2);
+  EXPECT_EQ(all->queues(0).spec().name(), "default");
+  EXPECT_FALSE(all->queues(0).defined());
+}
+
+TEST_F(QueuesTest, SubmitChecksTheQueue) {
+  v1::QueueSpec spec = Spec("short", 1);
+  spec.mutable_default_time_limit()->set_seconds(600);
+  spec.mutable_max_time_limit()->set_seconds(3600);
+  spec.set_max_pending_jobs_per_user(2);
+  spec.set_max_priority(10);
+  ASSERT_TRUE(Put(spec).ok());
+
+  auto unknown = SubmitTo("nope", 1);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown.status().message().rfind("queue: there is no queue 'nope'",
+                                             0),
+            0u)
+      << unknown.status();
+  auto too_long = SubmitTo("short", 1, 0, /*time_limit_s=*/7200);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_long.status().message().rfind("time_limit:", 0), 0u);
+  auto too_high = SubmitTo("short", 1, /*priority=*/11);
+  EXPECT_EQ(too_high.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_high.status().message().rfind("priority:", 0), 0u);
+  // Rejected requests stored nothing.
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
+
+  auto first = SubmitTo("short", 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(xl::FromProto(
+                controller_->GetJob(first->job_id())->spec().time_limit()),
+            absl::Minutes(10));
+  ASSERT_TRUE(SubmitTo("short", 1, 0, 60).ok());
+  auto third = SubmitTo("short", 1);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("max_pending_jobs_per_user"),
+            std::string::npos);
+  // Other users and other queues are not limited by it.
+  EXPECT_TRUE(SubmitTo("default", 1).ok());
+  user_ = "bob";
+  EXPECT_TRUE(SubmitTo("short", 1).ok());
+
+  // A queue with jobs cannot be deleted; once they are gone it can, and
+  // then nothing can be submitted to it.
+  EXPECT_EQ(Delete("short").code(), absl::StatusCode::kFailedPrecondition);
+  const v1::ListJobsResponse jobs = *controller_->ListJobs({});
+  for (const auto& job : jobs.jobs()) ASSERT_TRUE(CancelSync(job.id()).ok());
+  EXPECT_TRUE(Delete("short").ok());
+  EXPECT_EQ(SubmitTo("short", 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Delete("short").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(QueuesTest, AQuotaHoldsJobsWithTheirOwnReason) {
+  auto a = AddNode("a", 8);
+  v1::QueueSpec spec = Spec("research", 1);
+  auto* quota = spec.add_quotas();
+  quota->set_gpu_model("NVIDIA H100 80GB HBM3");
+  quota->set_nominal_gpus(4);
+  ASSERT_TRUE(Put(spec).ok());
+  std::string first = SubmitTo("research", 4)->job_id();
+  std::string second = SubmitTo("research", 2)->job_id();
+  std::string other = SubmitTo("default", 2)->job_id();
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(first)->state(), v1::SCHEDULED);
+  EXPECT_EQ(controller_->GetJob(other)->state(), v1::SCHEDULED);
+  v1::Job waiting = *controller_->GetJob(second);
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_NE(waiting.reason().find("queue research's quota of 4 NVIDIA H100"),
+            std::string::npos)
+      << waiting.reason();
+  const v1::ListQueuesResponse listed = *controller_->ListQueues();
+  for (const auto& q : listed.queues()) {
+    if (q.spec().name() != "research") continue;
+    EXPECT_EQ(q.gpus_in_use().at("NVIDIA H100 80GB HBM3"), 4);
+    EXPECT_EQ(q.pending_jobs(), 1);
+    EXPECT_EQ(q.running_jobs(), 1);
+  }
+  // Raising the quota lets it start at the next pass.
+  quota->set_nominal_gpus(6);
+  ASSERT_TRUE(Put(spec).ok());
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(second)->state(), v1::SCHEDULED);
+}
+
+TEST_F(QueuesTest, FairShareUsageIsCountedStoredAndOrdersTheQueue) {
+  tweak_ = [](ControllerOptions* o) {
+    o->usage_interval = absl::Seconds(1);
+    o->usage_store_interval = absl::Seconds(10);
+    o->priority_weights.half_life = absl::Hours(24);
+  };
+  Open();
+  auto a = AddNode("a", 8);
+  // alice uses the node for an hour.
+  std::string used = SubmitTo("default", 8)->job_id();
+  controller_->Tick();
+  a->WaitFor(v1::SchedulerMessage::kStartRanks);
+  for (int i = 0; i < 60; ++i) {
+    clock_.Advance(absl::Minutes(1));
+    Beat("a", a.get());
+    controller_->Tick();
+  }
+  Report("a", a.get(), used, 1, 0, v1::RANK_EXITED);
+  for (int r = 1; r < 8; ++r) Report("a", a.get(), used, 1, r, v1::RANK_EXITED);
+  EXPECT_EQ(WaitState(used, v1::SUCCEEDED), v1::SUCCEEDED);
+  v1::GetSharesResponse shares = controller_->GetShares();
+  double alice_hours = 0, alice_factor = 1;
+  for (const auto& row : shares.rows()) {
+    if (row.user() == "alice") {
+      alice_hours = row.gpu_hours();
+      alice_factor = row.fair_share_factor();
+    }
+  }
+  // 8 GPUs x 1 h, decayed by at most an hour of a 24 h half-life.
+  EXPECT_NEAR(alice_hours, 8 * 0.98, 0.2);
+  // The only user of the only queue used all of it: exactly her share.
+  EXPECT_DOUBLE_EQ(alice_factor, 0.5);
+
+  // Stored (at most usage_store_interval old) and loaded after a restart.
+  clock_.Advance(absl::Seconds(11));
+  controller_->Tick();
+  Settle();
+  Open();
+  a = AddNode("a", 8);
+  shares = controller_->GetShares();
+  double reloaded = 0;
+  for (const auto& row : shares.rows()) {
+    if (row.user() == "alice") reloaded = row.gpu_hours();
+  }
+  EXPECT_NEAR(reloaded, alice_hours, 0.05);
+
+  // alice submits first, bob second: bob, who used nothing, goes first.
+  std::string alices = SubmitTo("default", 8)->job_id();
+  user_ = "bob";
+  std::string bobs = SubmitTo("default", 8)->job_id();
+  auto explained = controller_->ExplainJob(alices);
+  ASSERT_TRUE(explained.ok());
+  EXPECT_EQ(explained->position(), 2);
+  // With bob active her share is half the queue's, and she used it all.
+  EXPECT_NEAR(explained->priority().fair_share_factor(), 0.25, 0.01);
+  EXPECT_NEAR(explained->priority().effective(),
+              100 * explained->priority().fair_share_factor(), 0.1);
+  ASSERT_EQ(explained->ahead_size(), 1);
+  EXPECT_EQ(explained->ahead(0).job_id(), bobs);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(bobs)->state(), v1::SCHEDULED);
+  EXPECT_EQ(controller_->GetJob(alices)->state(), v1::PENDING);
+}
+
+}  // namespace
+}  // namespace xl::control
