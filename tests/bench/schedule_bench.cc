@@ -9,6 +9,9 @@
 // machine may be shared), and whether both decided the same (starts, nodes,
 // GPUs and every reason, word for word).
 //
+// A third pass adds reservations, and a fourth every queue policy too
+// (quotas with cohorts, per-user limits, fair-share effective priorities).
+//
 //   schedule_bench [--max-nodes 10000] [--max-pending 100000]
 //                  [--baseline-limit-s 30]
 #include <algorithm>
@@ -484,10 +487,12 @@ int main(int argc, char** argv) {
       baseline_limit_s = std::atof(argv[i + 1]);
     }
   }
-  std::printf("%6s %8s | %8s %8s %6s %6s %9s | %11s %11s %6s %4s | %11s %6s %5s\n",
+  std::printf("%6s %8s | %8s %8s %6s %6s %9s | %11s %11s %6s %4s | %11s %6s %5s"
+              " | %11s %6s %6s\n",
               "nodes", "pending", "new ms", "cpu ms", "starts", "shares",
               "starts/s", "baseline ms", "cpu ms", "ratio", "same",
-              "+8 resv ms", "starts", "resv");
+              "+8 resv ms", "starts", "resv", "+policy ms", "starts",
+              "held");
   // Seconds of the last baseline pass per queue size, to predict the next:
   // the old pass costs about nodes x (starts + classes), and starts grow
   // with nodes, so it grows with the square of the fleet.
@@ -533,6 +538,56 @@ int main(int argc, char** argv) {
             [&] { rd = sched::Schedule(std::move(snap), std::move(queue)); });
       }
 
+      // And with every policy on: the jobs in 8 queues of 50 users, four
+      // queues with GPU quotas (two cohorts, borrowing and lending limits),
+      // two with per-user GPU limits, effective priorities from fair share
+      // (as the controller sets them), running jobs charged to queues.
+      Timing policing;
+      sched::Decisions pd;
+      {
+        std::map<std::string, sched::QueuePolicy> policies;
+        for (int q = 0; q < 8; ++q) {
+          sched::QueuePolicy p;
+          p.name = absl::StrCat("q", q);
+          if (q < 4) {
+            p.cohort = q < 2 ? "c0" : "c1";
+            p.quotas["*"] = {int64_t{nodes} * 8 / 8, q % 2 == 0 ? -1 : 800,
+                             q % 2 == 0 ? 400 : -1};
+          }
+          if (q == 4 || q == 5) p.max_running_gpus_per_user = 64;
+          if (q < 6) policies[p.name] = p;
+        }
+        std::map<std::string, sched::QueueUsage> usage;
+        std::mt19937 qrng(17);
+        for (const auto& g : in.running) {
+          sched::QueueUsage& u = usage[absl::StrCat("q", qrng() % 8)];
+          u.gpus_by_model["NVIDIA H100 80GB HBM3"] += g.gpus;
+          u.user_gpus[absl::StrCat("u", qrng() % 50)] += g.gpus;
+          ++u.running_jobs;
+        }
+        std::vector<sched::JobRequest> queue = in.queue;
+        std::vector<double> factor(400);
+        for (double& f : factor) f = (qrng() % 1000) / 1000.0;
+        for (auto& job : queue) {
+          const int q = qrng() % 8, u = qrng() % 50;
+          job.queue = absl::StrCat("q", q);
+          job.user = absl::StrCat("u", u);
+          job.effective_priority = job.priority + 100 * factor[q * 50 + u];
+        }
+        for (int r = 0; r < 9; ++r) {
+          sched::ClusterSnapshot snap;
+          snap.nodes = in.nodes;
+          snap.running = in.running;
+          snap.now = kBenchNow;
+          snap.max_reservations = 8;
+          snap.policies = policies;
+          snap.queues = usage;
+          std::vector<sched::JobRequest> copy = queue;
+          policing.Run(
+              [&] { pd = sched::Schedule(std::move(snap), std::move(copy)); });
+        }
+      }
+
       std::string base = "-", base_cpu = "-", ratio = "-", same = "-";
       if (!run_baseline) {
         base = absl::StrFormat("skip ~%.0fs", predicted_s);
@@ -556,11 +611,12 @@ int main(int argc, char** argv) {
       }
       std::printf(
           "%6d %8d | %8.2f %8.2f %6zu %6zu %9.0f | %11s %11s %6s %4s | %11.2f "
-          "%6zu %5zu\n",
+          "%6zu %5zu | %11.2f %6zu %6zu\n",
           nodes, pending, now.wall_ms(), now.cpu_ms(), d.starts.size(), shares,
           d.starts.size() / (now.cpu_ms() / 1000), base.c_str(),
           base_cpu.c_str(), ratio.c_str(), same.c_str(), reserving.cpu_ms(),
-          rd.starts.size(), rd.reservations.size());
+          rd.starts.size(), rd.reservations.size(), policing.cpu_ms(),
+          pd.starts.size(), pd.job_reasons.size());
       std::fflush(stdout);
     }
   }

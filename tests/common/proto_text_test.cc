@@ -56,6 +56,21 @@ TEST(ProtoTextTest, BareNumberForDurationIsSeconds) {
   EXPECT_EQ(spec.grace_period().nanos(), 500000000);
 }
 
+TEST(ProtoTextTest, DurationsInMinutesHoursAndDays) {
+  v1::JobSpec spec;
+  ASSERT_TRUE(ParseYamlToMessage("time_limit: 90m\ngrace_period: 1h30m\n",
+                                 "test", &spec)
+                  .ok());
+  EXPECT_EQ(spec.time_limit().seconds(), 5400);
+  EXPECT_EQ(spec.grace_period().seconds(), 5400);
+  ASSERT_TRUE(ParseYamlToMessage("time_limit: 3d\n", "test", &spec).ok());
+  EXPECT_EQ(spec.time_limit().seconds(), 3 * 86400);
+  ASSERT_TRUE(ParseYamlToMessage("time_limit: 1.5s\n", "test", &spec).ok());
+  EXPECT_EQ(spec.time_limit().nanos(), 500000000);
+  EXPECT_FALSE(ParseYamlToMessage("time_limit: never\n", "test", &spec).ok());
+  EXPECT_FALSE(ParseYamlToMessage("time_limit: 0d\n", "test", &spec).ok());
+}
+
 TEST(ProtoTextTest, NestedMessagesKeepNumbersForNumericFields) {
   v1::JobSpec spec;
   absl::Status status = ParseYamlToMessage(
