@@ -90,6 +90,10 @@ struct CommandLine::Flags {
   std::string queue_cohort, queue_default_time, queue_max_time;
   int64_t queue_user_gpus = 0, queue_user_pending = 0;
   int32_t queue_max_priority = 0;
+  std::string queue_min_runtime;
+  bool queue_allow_np = false;
+  CLI::Option* queue_min_runtime_opt = nullptr;
+  CLI::Option* queue_allow_np_opt = nullptr;
   CLI::Option* queue_weight_opt = nullptr;
   CLI::Option* queue_cohort_opt = nullptr;
   CLI::Option* queue_default_time_opt = nullptr;
@@ -312,6 +316,13 @@ CommandLine::CommandLine()
       "jobs asking for a higher priority are refused");
   queue_set->add_flag("--no-max-priority", inv.queue.no_max_priority,
                       "drop the priority cap");
+  f.queue_min_runtime_opt = queue_set->add_option(
+      "--min-runtime", f.queue_min_runtime,
+      "a job of the queue is never preempted before it ran this long, like "
+      "30m");
+  f.queue_allow_np_opt = queue_set->add_option(
+      "--allow-non-preemptible", f.queue_allow_np,
+      "true: jobs may say preemptible: false");
   CLI::App* queue_apply = queue->add_subcommand(
       "apply",
       "Create or update the queues of a YAML file ({queues: [{name, weight, "
@@ -574,6 +585,12 @@ void CommandLine::Resolve() {
     }
     if (f.queue_max_priority_opt->count() > 0) {
       q.max_priority = f.queue_max_priority;
+    }
+    if (f.queue_min_runtime_opt->count() > 0) {
+      q.min_runtime = f.queue_min_runtime;
+    }
+    if (f.queue_allow_np_opt->count() > 0) {
+      q.allow_non_preemptible = f.queue_allow_np;
     }
   }
   inv.user = ResolveUser(inv.user);

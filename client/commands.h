@@ -81,6 +81,8 @@ struct QueueOptions {
   std::optional<int64_t> max_running_gpus_per_user, max_pending_jobs_per_user;
   std::optional<int32_t> max_priority;
   bool no_max_priority = false;
+  std::optional<std::string> min_runtime;
+  std::optional<bool> allow_non_preemptible;
 };
 
 // Parses --quota "MODEL=GPUS[,borrow=N][,lend=N]".

@@ -358,8 +358,17 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
     block.Add("After OK", absl::StrJoin(spec.after_ok(), ", "));
   }
   block.Add("State", JobStateName(job.state()));
-  block.Add("Attempt", absl::StrCat(job.attempt(), " (max retries ",
-                                    spec.max_retries(), ")"));
+  block.Add("Attempt",
+            absl::StrCat(job.attempt(), " (max retries ", spec.max_retries(),
+                         job.preemptions() > 0
+                             ? absl::StrCat("; preempted ", job.preemptions(),
+                                            job.preemptions() == 1 ? " time"
+                                                                   : " times")
+                             : std::string(),
+                         ")"));
+  if (spec.has_preemptible() && !spec.preemptible().value()) {
+    block.Add("Preemptible", "no");
+  }
   if (spec.has_train()) {
     // The command is xl-train with the spec as JSON: show the spec instead.
     block.Add("Train", TrainSpecSummary(spec.train()));
@@ -700,10 +709,10 @@ namespace {
 std::string QuotaText(const xl::v1::GpuQuota& q) {
   std::string text = absl::StrCat(q.gpu_model(), "=", q.nominal_gpus());
   if (q.has_borrowing_limit_gpus()) {
-    absl::StrAppend(&text, ",borrow=", q.borrowing_limit_gpus());
+    absl::StrAppend(&text, ",borrow=", q.borrowing_limit_gpus().value());
   }
   if (q.has_lending_limit_gpus()) {
-    absl::StrAppend(&text, ",lend=", q.lending_limit_gpus());
+    absl::StrAppend(&text, ",lend=", q.lending_limit_gpus().value());
   }
   return text;
 }
@@ -776,12 +785,12 @@ std::string QueueDetails(const xl::v1::Queue& q,
                   used == q.gpus_in_use().end() ? 0 : used->second,
                   " in use of nominal ", quota.nominal_gpus(), "; borrows ",
                   quota.has_borrowing_limit_gpus()
-                      ? absl::StrCat("up to ", quota.borrowing_limit_gpus())
+                      ? absl::StrCat("up to ", quota.borrowing_limit_gpus().value())
                       : std::string(s.cohort().empty() ? "none (no cohort)"
                                                        : "without limit"),
                   "; lends ",
                   quota.has_lending_limit_gpus()
-                      ? absl::StrCat("up to ", quota.lending_limit_gpus())
+                      ? absl::StrCat("up to ", quota.lending_limit_gpus().value())
                       : std::string("all it does not use")));
   }
   block.Add("Borrowed now", absl::StrCat(q.gpus_borrowed(), " GPUs"));
@@ -799,7 +808,14 @@ std::string QueueDetails(const xl::v1::Queue& q,
                                             " pending jobs")
                              : std::string("no pending limit")));
   block.Add("Max priority",
-            s.has_max_priority() ? absl::StrCat(s.max_priority()) : "-");
+            s.has_max_priority() ? absl::StrCat(s.max_priority().value()) : "-");
+  block.Add("Preemption",
+            absl::StrCat("its jobs run at least ",
+                         LimitText(s.min_runtime()) == "-"
+                             ? std::string("0s")
+                             : LimitText(s.min_runtime()),
+                         " before they may be preempted; preemptible: false ",
+                         s.allow_non_preemptible() ? "allowed" : "refused"));
   block.Add("Jobs", absl::StrCat(q.pending_jobs(), " pending, ",
                                  q.running_jobs(), " running"));
   return block.Render();

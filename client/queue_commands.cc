@@ -41,9 +41,9 @@ absl::StatusOr<xl::v1::GpuQuota> ParseQuotaFlag(const std::string& text) {
         absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
     if (!absl::SimpleAtoi(kv.second, &n) || n < 0) return bad();
     if (kv.first == "borrow") {
-      quota.set_borrowing_limit_gpus(n);
+      quota.mutable_borrowing_limit_gpus()->set_value(n);
     } else if (kv.first == "lend") {
-      quota.set_lending_limit_gpus(n);
+      quota.mutable_lending_limit_gpus()->set_value(n);
     } else {
       return bad();
     }
@@ -166,7 +166,16 @@ absl::Status Commands::QueueCommand(const QueueOptions& o) {
     if (o.max_pending_jobs_per_user) {
       spec->set_max_pending_jobs_per_user(*o.max_pending_jobs_per_user);
     }
-    if (o.max_priority) spec->set_max_priority(*o.max_priority);
+    if (o.min_runtime) {
+      ASSIGN_OR_RETURN(absl::Duration d, ParseDurationFlag(
+                                             "queue set --min-runtime",
+                                             *o.min_runtime));
+      *spec->mutable_min_runtime() = ToProtoDuration(d);
+    }
+    if (o.allow_non_preemptible) {
+      spec->set_allow_non_preemptible(*o.allow_non_preemptible);
+    }
+    if (o.max_priority) spec->mutable_max_priority()->set_value(*o.max_priority);
     if (o.no_max_priority) spec->clear_max_priority();
   } else {
     return UsageError(absl::StrCat("queue: unknown command '", o.verb,

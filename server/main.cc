@@ -186,6 +186,10 @@ int main(int argc, char** argv) {
                  "none, place greedily)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
+  app.add_option("--preemption", opts.controller.preemption,
+                 "blocked jobs may preempt running jobs of a lower priority "
+                 "(whole gangs, requeued without spending a retry)")
+      ->capture_default_str();
   app.add_option("--queues", opts.queues_file,
                  "a YAML file of queues ({queues: [{name, weight, cohort, "
                  "quotas, ...}]}, see README \"Queues\") created or updated "

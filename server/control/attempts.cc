@@ -210,7 +210,8 @@ void Controller::EndJob(JobRecord* rec, v1::JobState to,
 }
 
 void Controller::FailAttempt(JobRecord* rec, const std::string& why,
-                             bool spend_retry, absl::Duration fence) {
+                             bool spend_retry, absl::Duration fence,
+                             bool preempted) {
   v1::Job& job = rec->job;
   const int used = job.retries_used();
   if (spend_retry && used >= job.spec().max_retries()) {
@@ -223,6 +224,13 @@ void Controller::FailAttempt(JobRecord* rec, const std::string& why,
     return;
   }
   Sends stops = StopMessages(*rec, why);
+  std::vector<v1::JobEvent> events;
+  if (preempted) {
+    auto ended = Transition(rec, v1::PREEMPTED, why);
+    if (!ended.ok()) return;
+    events.push_back(*ended);
+    job.set_preemptions(job.preemptions() + 1);
+  }
   std::string reason =
       spend_retry
           ? absl::StrCat(why, "; requeued as attempt ", job.attempt() + 1,
@@ -251,10 +259,12 @@ void Controller::FailAttempt(JobRecord* rec, const std::string& why,
   }
   auto e = Transition(rec, v1::PENDING, reason);
   if (!e.ok()) return;
+  events.push_back(*e);
   new_pending_.push_back(rec->id);
   pass_needed_ = true;
   wake_ = true;
-  CommitJob(rec, {*e}, nullptr, [stops = std::move(stops)] { SendAll(stops); });
+  CommitJob(rec, std::move(events), nullptr,
+            [stops = std::move(stops)] { SendAll(stops); });
 }
 
 }  // namespace xl::control

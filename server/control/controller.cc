@@ -289,6 +289,13 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
     next_retention_mono_ = now + opts_.retention_interval;
     RunRetention();
   }
+  if (now >= next_periodic_pass_mono_) {
+    next_periodic_pass_mono_ = now + opts_.periodic_pass;
+    if (!jobs_.pending().empty()) {
+      capacity_freed_ = true;
+      pass_needed_ = true;
+    }
+  }
   if (now >= next_eligible_mono_) {
     next_eligible_mono_ = absl::InfiniteFuture();
     capacity_freed_ = true;
@@ -336,6 +343,10 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
                                        rec->as_request.user),
                         0.0);
     if (added) f->second = fs.Factor(f->first.first, f->first.second);
+    if (auto p = preempting_.find(rec->id);
+        p != preempting_.end() && p->second > now) {
+      queue->back().may_preempt = false;
+    }
     queue->back().effective_priority = scheduler::EffectivePriority(
         rec->as_request.priority, f->second,
         wall_now - FromProto(rec->job.create_time()), opts_.priority_weights);
@@ -373,8 +384,8 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
       gang.gpus += a.gpu_indices_size();
       // What the ledger still holds for it there (ranks that ended early
       // gave theirs back already, and may not be given back twice); only
-      // reservations read it.
-      if (opts_.reservations == 0) continue;
+      // reservations and preemption read it.
+      if (opts_.reservations == 0 && !opts_.preemption) continue;
       if (const state::Hold* hold =
               ledger_.FindHold(a.node(), id, rec->job.attempt())) {
         gang.shares.push_back(hold->share);
@@ -388,6 +399,18 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
           rec->start_mono != absl::InfinitePast()
               ? wall_now + (limit - (mono_now - rec->start_mono))
               : FromProto(rec->job.start_time()) + limit;
+    }
+    if (rec->start_mono != absl::InfinitePast()) {
+      gang.ran = std::max(absl::ZeroDuration(), mono_now - rec->start_mono);
+    }
+    const absl::Duration grace = FromProto(rec->job.spec().grace_period());
+    gang.grace = grace > absl::ZeroDuration() ? grace : absl::Seconds(10);
+    if (opts_.preemption && !rec->stopping &&
+        (!rec->job.spec().has_preemptible() ||
+         rec->job.spec().preemptible().value())) {
+      const v1::QueueSpec* q = QueueSpecOf(gang.queue);
+      gang.preemptible =
+          q == nullptr || gang.ran >= FromProto(q->min_runtime());
     }
     scheduler::QueueUsage& usage = snapshot->queues[gang.queue];
     ++usage.running_jobs;
@@ -403,6 +426,10 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
   snapshot->now = wall_now;
   snapshot->policies = policies_;
+  snapshot->preemption = opts_.preemption;
+  for (auto it = preempting_.begin(); it != preempting_.end();) {
+    it = it->second <= now ? preempting_.erase(it) : std::next(it);
+  }
   snapshot->max_reservations = opts_.reservations;
   // A full pass decides reservations again; a pass over new jobs keeps
   // those of jobs still pending.
@@ -461,6 +488,21 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
       const std::string id = r.job_id;
       reservations_[id] = {std::move(r), reasons[id]};
     }
+  }
+  for (const scheduler::Preemption& p : decisions.preemptions) {
+    JobRecord* victim = jobs_.Find(p.victim);
+    // It may have ended or been stopped while the pass ran.
+    if (victim == nullptr || victim->stopping ||
+        !state::JobTable::IsActive(victim->job.state())) {
+      continue;
+    }
+    absl::Duration grace = FromProto(victim->job.spec().grace_period());
+    if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
+    FailAttempt(victim, p.reason, /*spend_retry=*/false,
+                absl::ZeroDuration(), /*preempted=*/true);
+    absl::Time& until = preempting_[state::JobTable::ParseId(p.for_job)];
+    until = std::max(until, clock_->MonotonicNow() + grace +
+                                opts_.heartbeat_timeout);
   }
   for (auto& [job_id, placement] : decisions.starts) {
     JobRecord* rec = jobs_.Find(job_id);

@@ -98,6 +98,12 @@ struct ControllerOptions {
   state::SubmitLimits submit_limits;
   // How many blocked jobs get reservations (backfill); 0: none.
   int reservations = 8;
+  // Blocked jobs may preempt running gangs of a lower priority.
+  bool preemption = true;
+  // A full pass runs at least this often while jobs are pending, even when
+  // nothing changed: fair share and age move, minimum runtimes run out
+  // (Slurm's sched_interval).
+  absl::Duration periodic_pass = absl::Seconds(30);
   // Fair share and age in a pending job's effective priority, and the
   // half-life of usage.
   scheduler::PriorityWeights priority_weights;
@@ -252,8 +258,11 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the attempt: requeue (spending a retry when `spend_retry`) while
   // retries allow, else FAILED; `fence` delays the next start.
+  // `preempted`: the attempt ends PREEMPTED (an event of its own) before
+  // the job goes back to PENDING.
   void FailAttempt(JobRecord* rec, const std::string& why, bool spend_retry,
-                   absl::Duration fence = absl::ZeroDuration())
+                   absl::Duration fence = absl::ZeroDuration(),
+                   bool preempted = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job in a final state, stopping its ranks after the commit;
   // `answer` as for Commit.
@@ -405,6 +414,9 @@ class Controller {
   // over new jobs since.
   std::map<std::string, std::shared_ptr<const std::string>> job_reasons_
       ABSL_GUARDED_BY(mu_);
+  // Jobs that preempted others -> until when (monotonic) they wait for the
+  // victims to stop rather than preempt more.
+  std::map<int64_t, absl::Time> preempting_ ABSL_GUARDED_BY(mu_);
   // Job id -> the ids of jobs whose after_ok names it; pruned by retention
   // once none of them can look at it again, and when it fails.
   std::map<int64_t, std::vector<int64_t>> dependents_ ABSL_GUARDED_BY(mu_);
@@ -429,6 +441,8 @@ class Controller {
   // The earliest time a fenced pending job may start.
   absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time next_retention_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time next_periodic_pass_mono_ ABSL_GUARDED_BY(mu_) =
+      absl::InfinitePast();
   absl::Time last_tick_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;

@@ -65,11 +65,19 @@ absl::Status Controller::ApplyQueueToSpec(const std::string& user,
         " (xlctl queue list); submit to one of them, or ask an admin to "
         "create it (xlctl queue set ", spec->queue(), ")"));
   }
-  if (q->has_max_priority() && spec->priority() > q->max_priority()) {
+  if (q->has_max_priority() && spec->priority() > q->max_priority().value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "priority: ", spec->priority(), " is above queue ", q->name(),
-        "'s max_priority ", q->max_priority(), "; give ", q->max_priority(),
+        "'s max_priority ", q->max_priority().value(), "; give ", q->max_priority().value(),
         " or less"));
+  }
+  if (spec->has_preemptible() && !spec->preemptible().value() &&
+      !q->allow_non_preemptible()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "preemptible: queue ", q->name(), " does not allow jobs that cannot "
+        "be preempted; drop preemptible: false (give the job a checkpoint "
+        "and a grace_period instead), or use a queue with "
+        "allow_non_preemptible"));
   }
   const absl::Duration limit = FromProto(spec->time_limit());
   const absl::Duration def = FromProto(q->default_time_limit());

@@ -399,6 +399,83 @@ class Reserver {
     return true;
   }
 
+  // Preemption: finds the gangs among `candidates` (in the order they
+  // should go) whose resources let `job` start now: whole gangs, in order
+  // until the job fits, then every one found not needed put back (the last
+  // added is needed). Holds the nodes it would start on. False when even
+  // all of them do not make room.
+  bool PreemptFor(const JobRequest& job,
+                  const std::vector<const RunningGang*>& candidates,
+                  std::vector<const RunningGang*>* victims,
+                  Placement* placement) {
+    const v1::ResourceRequest& req = *job.resources;
+    std::vector<NodeCapacity> future = current_;
+    ShareFit share_fit(*fleet_, req);
+    auto fits_node = [&](int32_t n) {
+      return future[n].unavailable.empty() && share_fit(future[n], n);
+    };
+    std::vector<bool> fits(future.size(), false);
+    int32_t fitting = 0;
+    for (size_t i = 0; i < future.size(); ++i) {
+      fits[i] = fits_node(static_cast<int32_t>(i));
+      fitting += fits[i];
+    }
+    auto give_back = [&](const RunningGang& g, bool undo) {
+      for (const NodeShare& share : g.shares) {
+        auto it = index_.find(share.node);
+        if (it == index_.end()) continue;
+        const int32_t n = it->second;
+        if (undo) {
+          Consume(&future[n], share);
+        } else {
+          Release(&future[n], share);
+        }
+        const bool f = fits_node(n);
+        fitting += static_cast<int32_t>(f) - static_cast<int32_t>(fits[n]);
+        fits[n] = f;
+      }
+    };
+    int placements = 0;
+    std::vector<NodeCapacity> cands;
+    auto place = [&](Placement* out) {
+      if (fitting < req.nodes() || placements >= 2 * kMaxPlacements) {
+        return false;
+      }
+      ++placements;
+      cands.clear();
+      for (size_t i = 0; i < future.size(); ++i) {
+        if (fits[i]) cands.push_back(future[i]);
+      }
+      return PlaceGang(cands, req, out, nullptr);
+    };
+    victims->clear();
+    bool placed = false;
+    for (const RunningGang* g : candidates) {
+      give_back(*g, false);
+      victims->push_back(g);
+      if (place(placement)) {
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) return false;
+    for (size_t k = victims->size() - 1; k-- > 0;) {
+      const RunningGang* g = (*victims)[k];
+      give_back(*g, true);
+      Placement without;
+      if (place(&without)) {
+        *placement = std::move(without);
+        victims->erase(victims->begin() + k);
+      } else {
+        give_back(*g, false);
+      }
+    }
+    for (const NodeShare& share : placement->shares) {
+      HoldNode(index_[share.node], job.job_id, now_);
+    }
+    return true;
+  }
+
  private:
   bool ReserveOnce(const JobRequest& job, Reservation* out) {
     if (sorted_ < ends_.size()) {
@@ -682,7 +759,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   std::unique_ptr<Reserver> reserver;
   std::vector<absl::Duration> started_limits;
   auto reserving = [&]() -> Reserver* {
-    if (snapshot.max_reservations <= 0) return nullptr;
+    if (snapshot.max_reservations <= 0 && !snapshot.preemption) return nullptr;
     if (reserver == nullptr) {
       reserver = std::make_unique<Reserver>(snapshot, &fleet);
       JobRequest started;
@@ -715,6 +792,8 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     if (!reserving()->Hold(r)) out.dropped_holds.push_back(r.job_id);
   };
   PolicyGate policy(snapshot, fleet);
+  int preemptors_left = snapshot.preemption ? snapshot.max_preemptors : 0;
+  std::unordered_set<std::string> preempted;
   ClassTable classes;
   out.waiting.reserve(queue.size());
   std::vector<RequestClass::Pick> picks;
@@ -777,6 +856,66 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         if (policy.governs(job)) policy.Charge(job, placement);
         out.starts.emplace_back(std::move(job.job_id), std::move(placement));
         continue;
+      }
+    }
+    // Preemption: gangs of a lower priority make room, whole.
+    if (preemptors_left > 0 && job.may_preempt && job.resources != nullptr) {
+      std::vector<const RunningGang*> candidates;
+      for (const RunningGang& g : snapshot.running) {
+        if (g.preemptible && g.priority < job.priority && !g.shares.empty() &&
+            preempted.count(g.job_id) == 0) {
+          candidates.push_back(&g);
+        }
+      }
+      if (!candidates.empty()) {
+        --preemptors_left;
+        // Lowest priority first, then the least GPU time lost.
+        std::sort(candidates.begin(), candidates.end(),
+                  [](const RunningGang* a, const RunningGang* b) {
+                    if (a->priority != b->priority) {
+                      return a->priority < b->priority;
+                    }
+                    const double wa = a->gpus * absl::ToDoubleSeconds(a->ran);
+                    const double wb = b->gpus * absl::ToDoubleSeconds(b->ran);
+                    if (wa != wb) return wa < wb;
+                    return a->job_id < b->job_id;
+                  });
+        std::vector<const RunningGang*> victims;
+        Placement placement;
+        if (reserving()->PreemptFor(job, candidates, &victims, &placement)) {
+          Reservation r;
+          r.job_id = job.job_id;
+          r.priority = RankOf(job);
+          r.submit_seq = job.submit_seq;
+          absl::Duration grace = absl::ZeroDuration();
+          std::vector<std::string> named;
+          for (const RunningGang* v : victims) {
+            preempted.insert(v->job_id);
+            grace = std::max(grace, v->grace);
+            r.waits_for.push_back(v->job_id);
+            named.push_back(absl::StrCat("job ", v->job_id, " (priority ",
+                                         v->priority, ", ran ",
+                                         HumanDuration(v->ran), ")"));
+            out.preemptions.push_back(
+                {v->job_id, job.job_id,
+                 absl::StrCat("preempted by job ", job.job_id, " of ",
+                              job.user, " (priority ", job.priority, " > ",
+                              v->priority, ")")});
+          }
+          r.start = snapshot.now + grace;
+          for (const NodeShare& share : placement.shares) {
+            r.nodes.push_back(share.node);
+          }
+          out.waiting.emplace_back(
+              job.job_id,
+              std::make_shared<const std::string>(absl::StrCat(
+                  "preempting ", absl::StrJoin(named, ", "), " to start on ",
+                  absl::StrJoin(r.nodes, ", "),
+                  "; it starts once their ranks have stopped (grace up to ",
+                  HumanDuration(grace), ")")));
+          out.reservations.push_back(std::move(r));
+          continue;
+        }
       }
     }
     if (reservations_left > 0) {

@@ -103,6 +103,9 @@ struct JobRequest {
   // How long it may run (InfiniteDuration: no limit): a job started in this
   // pass frees its nodes by now + time_limit, for reservations behind it.
   absl::Duration time_limit = absl::InfiniteDuration();
+  // False while gangs preempted for it are still stopping: it waits for
+  // them rather than preempting more.
+  bool may_preempt = true;
 };
 
 // A job that runs now (input for policy: preemption, reservations).
@@ -116,8 +119,22 @@ struct RunningGang {
   // When its time limit ends it at the latest; InfiniteFuture without one.
   absl::Time expected_end = absl::InfiniteFuture();
   // What it holds on each node (given back at expected_end, for
-  // reservations).
+  // reservations and preemption).
   std::vector<NodeShare> shares;
+  // Preemption: whether it may be preempted now (it allows it, is not
+  // already stopping, and has run its queue's minimum runtime), how long it
+  // has run (work lost) and the grace its ranks get to checkpoint.
+  bool preemptible = false;
+  absl::Duration ran = absl::ZeroDuration();
+  absl::Duration grace = absl::Seconds(10);
+};
+
+// A running gang stopped so that a job ranked above it can start: whole
+// gangs only, requeued without spending a retry.
+struct Preemption {
+  std::string victim;
+  std::string for_job;
+  std::string reason;
 };
 
 // A blocked job's claim on the future: the nodes it is expected to start on
@@ -158,6 +175,13 @@ struct ClusterSnapshot {
   // How many blocked jobs get reservations (0: none; jobs are placed
   // greedily in policy order).
   int max_reservations = 0;
+  // Preemption: a blocked job may stop running gangs of a lower priority
+  // (not effective priority: fair share moves, and would churn) that are
+  // `preemptible`, the fewest and cheapest (lowest priority, least GPU time
+  // lost) whose resources let it start; at most max_preemptors jobs a pass
+  // preempt.
+  bool preemption = false;
+  int max_preemptors = 4;
   // Reservations an earlier pass made that still stand (a pass over new jobs
   // only): their nodes are held from the first job ranked after theirs on,
   // and they count towards max_reservations.
@@ -189,6 +213,9 @@ struct Decisions {
   // limit) rather than what their class finds free; also in `waiting`.
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
       job_reasons;
+  // Gangs to stop (each once), for jobs that then wait in `waiting` with
+  // a reservation (in `reservations`) on the nodes they free.
+  std::vector<Preemption> preemptions;
   // Holds that no longer stand (a node gone, or taken by a job ranked before
   // the reserved one): the caller forgets them and decides again in a full
   // pass.

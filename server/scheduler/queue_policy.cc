@@ -41,9 +41,9 @@ QueuePolicy QueuePolicy::FromSpec(const v1::QueueSpec& spec) {
     Quota& quota = p.quotas[q.gpu_model()];
     quota.nominal = q.nominal_gpus();
     quota.borrowing_limit =
-        q.has_borrowing_limit_gpus() ? q.borrowing_limit_gpus() : -1;
+        q.has_borrowing_limit_gpus() ? q.borrowing_limit_gpus().value() : -1;
     quota.lending_limit =
-        q.has_lending_limit_gpus() ? q.lending_limit_gpus() : -1;
+        q.has_lending_limit_gpus() ? q.lending_limit_gpus().value() : -1;
   }
   p.max_running_gpus_per_user = spec.max_running_gpus_per_user();
   return p;
@@ -109,24 +109,24 @@ absl::Status ValidateQueueSpec(v1::QueueSpec* spec) {
     }
     if (q.has_borrowing_limit_gpus()) {
       if (absl::Status s = count("borrowing_limit_gpus",
-                                 q.borrowing_limit_gpus());
+                                 q.borrowing_limit_gpus().value());
           !s.ok()) {
         return s;
       }
-      if (spec->cohort().empty() && q.borrowing_limit_gpus() > 0) {
+      if (spec->cohort().empty() && q.borrowing_limit_gpus().value() > 0) {
         return Bad(field + ".borrowing_limit_gpus",
                    "a queue borrows only from its cohort; set cohort, or "
                    "drop the borrowing limit");
       }
     }
     if (q.has_lending_limit_gpus()) {
-      if (absl::Status s = count("lending_limit_gpus", q.lending_limit_gpus());
+      if (absl::Status s = count("lending_limit_gpus", q.lending_limit_gpus().value());
           !s.ok()) {
         return s;
       }
-      if (q.lending_limit_gpus() > q.nominal_gpus()) {
+      if (q.lending_limit_gpus().value() > q.nominal_gpus()) {
         return Bad(field + ".lending_limit_gpus",
-                   absl::StrCat(q.lending_limit_gpus(),
+                   absl::StrCat(q.lending_limit_gpus().value(),
                                 " is more than the nominal ",
                                 q.nominal_gpus(),
                                 "; a queue lends only its own quota"));
@@ -148,6 +148,9 @@ absl::Status ValidateQueueSpec(v1::QueueSpec* spec) {
   }
   if (absl::Status s = duration("max_time_limit", spec->max_time_limit());
       !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = duration("min_runtime", spec->min_runtime()); !s.ok()) {
     return s;
   }
   const absl::Duration def = FromProto(spec->default_time_limit());

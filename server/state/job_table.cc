@@ -14,7 +14,10 @@ bool JobTable::Allowed(v1::JobState from, v1::JobState to) {
       return to == v1::SCHEDULED || to == v1::CANCELLED || to == v1::FAILED;
     case v1::SCHEDULED:
     case v1::RUNNING:
-      return to == v1::RUNNING || to == v1::PENDING || IsTerminal(to);
+      return to == v1::RUNNING || to == v1::PENDING || to == v1::PREEMPTED ||
+             IsTerminal(to);
+    case v1::PREEMPTED:
+      return to == v1::PENDING;
     default:
       return false;
   }

@@ -295,8 +295,8 @@ TEST_F(CliTest, QueueSubcommandsAndTheirFlags) {
   ASSERT_TRUE(quota.ok());
   EXPECT_EQ(quota->gpu_model(), "NVIDIA A100-SXM4-80GB");
   EXPECT_EQ(quota->nominal_gpus(), 8);
-  EXPECT_EQ(quota->borrowing_limit_gpus(), 2);
-  EXPECT_EQ(quota->lending_limit_gpus(), 1);
+  EXPECT_EQ(quota->borrowing_limit_gpus().value(), 2);
+  EXPECT_EQ(quota->lending_limit_gpus().value(), 1);
   EXPECT_FALSE(ParseQuotaFlag("*=4")->has_borrowing_limit_gpus());
   for (const char* bad : {"8", "=8", "*=x", "*=-1", "*=4,steal=2", "*=4,borrow"}) {
     EXPECT_FALSE(ParseQuotaFlag(bad).ok()) << bad;

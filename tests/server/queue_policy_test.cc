@@ -280,12 +280,12 @@ TEST(QueuePolicyTest, ValidateQueueSpecNamesTheField) {
     auto* q = s->add_quotas();
     q->set_gpu_model("*");
     q->set_nominal_gpus(2);
-    q->set_lending_limit_gpus(3);
+    q->mutable_lending_limit_gpus()->set_value(3);
   });
   check("quotas[0].borrowing_limit_gpus", [](v1::QueueSpec* s) {
     auto* q = s->add_quotas();
     q->set_gpu_model("*");
-    q->set_borrowing_limit_gpus(3);
+    q->mutable_borrowing_limit_gpus()->set_value(3);
   });
   check("default_time_limit", [](v1::QueueSpec* s) {
     s->mutable_default_time_limit()->set_seconds(7200);

@@ -4,6 +4,9 @@
 // stored, reloaded and ordering the queue.
 #include "tests/server/controller_fixture.h"
 
+#include <map>
+#include <optional>
+
 #include "common/duration.h"
 
 namespace xl::control {
@@ -44,13 +47,15 @@ class QueuesTest : public ControllerTest {
   }
   absl::StatusOr<v1::SubmitJobResponse> SubmitTo(
       const std::string& queue, int gpus, int priority = 0,
-      int time_limit_s = 0) {
+      int time_limit_s = 0, int nodes = 1,
+      std::optional<bool> preemptible = std::nullopt) {
     v1::SubmitJobRequest req;
     auto* spec = req.mutable_spec();
     spec->add_command("/bin/true");
     spec->set_queue(queue);
     spec->set_priority(priority);
-    spec->mutable_resources()->set_nodes(1);
+    if (preemptible) spec->mutable_preemptible()->set_value(*preemptible);
+    spec->mutable_resources()->set_nodes(nodes);
     spec->mutable_resources()->set_gpus_per_node(gpus);
     spec->mutable_time_limit()->set_seconds(time_limit_s);
     return SubmitRequest(req);
@@ -123,7 +128,7 @@ TEST_F(QueuesTest, SubmitChecksTheQueue) {
   spec.mutable_default_time_limit()->set_seconds(600);
   spec.mutable_max_time_limit()->set_seconds(3600);
   spec.set_max_pending_jobs_per_user(2);
-  spec.set_max_priority(10);
+  spec.mutable_max_priority()->set_value(10);
   ASSERT_TRUE(Put(spec).ok());
 
   auto unknown = SubmitTo("nope", 1);
@@ -264,6 +269,100 @@ TEST_F(QueuesTest, FairShareUsageIsCountedStoredAndOrdersTheQueue) {
   Settle();
   EXPECT_EQ(controller_->GetJob(bobs)->state(), v1::SCHEDULED);
   EXPECT_EQ(controller_->GetJob(alices)->state(), v1::PENDING);
+}
+
+TEST_F(QueuesTest, AHigherPriorityJobPreemptsAWholeGangWithoutSpendingARetry) {
+  auto a = AddNode("a", 8);
+  auto b = AddNode("b", 8);
+  std::string low = SubmitTo("default", 8, 0, 0, /*nodes=*/2)->job_id();
+  controller_->Tick();
+  a->WaitFor(v1::SchedulerMessage::kStartRanks);
+  b->WaitFor(v1::SchedulerMessage::kStartRanks);
+  std::map<std::string, std::vector<int>> ranks_on;
+  const v1::Job started = *controller_->GetJob(low);
+  for (const auto& alloc : started.allocations()) {
+    ranks_on[alloc.node()].assign(alloc.ranks().begin(), alloc.ranks().end());
+  }
+  for (const auto& [node, ranks] : ranks_on) {
+    FakeConnection* conn = node == "a" ? a.get() : b.get();
+    for (int r : ranks) Report(node, conn, low, 1, r, v1::RANK_RUNNING);
+  }
+  ASSERT_EQ(WaitState(low, v1::RUNNING), v1::RUNNING);
+
+  std::string high = SubmitTo("default", 8, /*priority=*/5)->job_id();
+  controller_->Tick();
+  Settle();
+  v1::Job victim = *controller_->GetJob(low);
+  EXPECT_EQ(victim.state(), v1::PENDING);
+  EXPECT_EQ(victim.attempt(), 2);
+  EXPECT_EQ(victim.retries_used(), 0);
+  EXPECT_EQ(victim.preemptions(), 1);
+  std::vector<v1::JobEvent> events;
+  bool finished = false;
+  ASSERT_TRUE(controller_->ReadEvents(low, 0, &events, &finished).ok());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[events.size() - 2].to_state(), v1::PREEMPTED);
+  EXPECT_NE(events[events.size() - 2].reason().find("preempted by job " + high),
+            std::string::npos);
+  EXPECT_EQ(events.back().to_state(), v1::PENDING);
+  EXPECT_NE(events.back().reason().find("without spending a retry"),
+            std::string::npos);
+  // Every node of the gang is told to stop it, with its grace.
+  a->WaitFor(v1::SchedulerMessage::kStopJob);
+  b->WaitFor(v1::SchedulerMessage::kStopJob);
+  v1::Job waiting = *controller_->GetJob(high);
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_NE(waiting.reason().find("preempting job " + low), std::string::npos)
+      << waiting.reason();
+  EXPECT_TRUE(waiting.has_estimated_start_time());
+  // Nothing more is preempted while the victim stops.
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(low)->preemptions(), 1);
+
+  // Once the victim's ranks are gone, the preemptor starts; the victim
+  // waits (it cannot preempt a higher priority).
+  for (const auto& [node, ranks] : ranks_on) {
+    FakeConnection* conn = node == "a" ? a.get() : b.get();
+    for (int r : ranks) Report(node, conn, low, 1, r, v1::RANK_EXITED, 143);
+  }
+  Settle();
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(high)->state(), v1::SCHEDULED);
+  EXPECT_EQ(controller_->GetJob(low)->state(), v1::PENDING);
+}
+
+TEST_F(QueuesTest, MinimumRuntimeAndNonPreemptibleJobsAreRespected) {
+  v1::QueueSpec spec = Spec("long", 1);
+  spec.mutable_min_runtime()->set_seconds(3600);
+  spec.set_allow_non_preemptible(true);
+  ASSERT_TRUE(Put(spec).ok());
+  auto refused = SubmitTo("default", 1, 0, 0, 1, /*preemptible=*/false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message().rfind("preemptible:", 0), 0u);
+
+  auto a = AddNode("a", 8);
+  std::string young = SubmitTo("long", 4)->job_id();
+  std::string fixed = SubmitTo("long", 4, 0, 0, 1, false)->job_id();
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetJob(young)->state(), v1::SCHEDULED);
+  ASSERT_EQ(controller_->GetJob(fixed)->state(), v1::SCHEDULED);
+  std::string high = SubmitTo("default", 4, /*priority=*/5)->job_id();
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(young)->preemptions(), 0);
+  // An hour later the young one may go; the fixed one never.
+  for (int i = 0; i < 61; ++i) {
+    clock_.Advance(absl::Minutes(1));
+    Beat("a", a.get());
+    controller_->Tick();
+  }
+  Settle();
+  EXPECT_EQ(controller_->GetJob(young)->preemptions(), 1);
+  EXPECT_EQ(controller_->GetJob(fixed)->preemptions(), 0);
+  EXPECT_EQ(controller_->GetJob(fixed)->state(), v1::SCHEDULED);
 }
 
 }  // namespace
