@@ -137,7 +137,9 @@ absl::Status Commands::QueueCommand(const QueueOptions& o) {
       *put.mutable_spec() = current.spec();
       put.set_expected_version(current.version());
     } else if (status.ok() || status.error_code() == grpc::NOT_FOUND) {
+      // Made only if nobody made it meanwhile.
       put.mutable_spec()->set_name(o.name);
+      put.set_expected_version(status.ok() ? 0 : -1);
     } else {
       return connection_->CallError(status, absl::StrCat("queue set ", o.name));
     }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -309,6 +310,10 @@ int main(int argc, char** argv) {
   auto days_or_duration = [](const std::string& text, absl::Duration* out) {
     return xl::ParseLifetime(text, out) && *out != absl::InfiniteDuration();
   };
+  if (!std::isfinite(weights.fair_share) || !std::isfinite(weights.age)) {
+    return Fail("--fair-share-weight and --age-weight take numbers from 0 "
+                "to 1e9");
+  }
   for (auto [flag, text, out] :
        {std::make_tuple("--fair-share-half-life", &half_life,
                         &weights.half_life),

@@ -182,7 +182,13 @@ void Controller::LoadModel(store::StoredState state) {
         u.user.empty() ? queue_usage_[u.queue] : user_usage_[{u.queue, u.user}];
     d.value = u.gpu_seconds;
     d.as_of = u.as_of;
+    // Decayed for the time it was stored (the wall clock is the only one
+    // that spans a restart), then on the monotonic clock from here on.
+    d.value = d.At(now_wall, opts_.priority_weights.half_life);
+    d.as_of = now_wall;
   }
+  last_accrual_mono_ = absl::InfinitePast();
+  shares_cache_mono_ = absl::InfinitePast();
   capacity_freed_ = true;
   pass_needed_ = true;
   next_eligible_mono_ = absl::InfiniteFuture();
@@ -319,7 +325,7 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   // (ending one changes the pending index being walked).
   std::vector<std::pair<int64_t, std::string>> unsatisfiable;
   // Effective priorities: fair share per (queue, user), computed once.
-  const ShareInputs shares = CollectShares();
+  const ShareInputs& shares = Shares();
   const scheduler::FairShare fs(shares.weights, shares.queue_usage,
                                 shares.user_usage, shares.active_users);
   std::map<std::pair<std::string, std::string>, double> factors;
@@ -347,9 +353,7 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
         p != preempting_.end() && p->second > now) {
       queue->back().may_preempt = false;
     }
-    queue->back().effective_priority = scheduler::EffectivePriority(
-        rec->as_request.priority, f->second,
-        wall_now - FromProto(rec->job.create_time()), opts_.priority_weights);
+    queue->back().effective_priority = EffectiveOf(*rec, f->second, wall_now);
   };
   full_pass_ = capacity_freed_;
   if (capacity_freed_) {
@@ -445,7 +449,13 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
       pass_needed_ = true;
       continue;
     }
-    if (!full_pass_) snapshot->holds.push_back(it->second.reservation);
+    if (!full_pass_) {
+      // Ranked by what the job's effective priority is now, as the jobs it
+      // is compared with.
+      snapshot->holds.push_back(it->second.reservation);
+      snapshot->holds.back().priority = EffectiveOf(
+          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()), wall_now);
+    }
     ++it;
   }
 }

@@ -358,9 +358,13 @@ class Controller {
     std::map<std::pair<std::string, std::string>, int64_t> user_pending;
   };
   ShareInputs CollectShares() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's effective priority and its parts.
-  double EffectiveOf(const JobRecord& rec, const scheduler::FairShare& fs,
-                     double* fair_share_factor, double* age_factor) const
+  // CollectShares() at most usage_interval old (a pass over new jobs every
+  // few milliseconds does not walk every job again).
+  const ShareInputs& Shares() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's effective priority from its fair-share factor, and its age
+  // factor: pending since it last became PENDING (a requeue starts over).
+  double EffectiveOf(const JobRecord& rec, double fair_share_factor,
+                     absl::Time wall_now, double* age_factor = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the queue change in the model and queues its write.
   void ChangeQueue(const std::string& by, const std::string& action,
@@ -386,8 +390,11 @@ class Controller {
   std::map<std::string, int64_t> submitting_ ABSL_GUARDED_BY(mu_);
   int64_t SubmittingOf(const std::string& user) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DoneSubmitting(const std::string& user)
+  void DoneSubmitting(const std::string& user, const std::string& queue)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (queue, user) -> accepted submits not yet committed.
+  std::map<std::pair<std::string, std::string>, int64_t> submitting_queue_
+      ABSL_GUARDED_BY(mu_);
   // Jobs submitted since the last pass (a pass over only these suffices
   // when no capacity was freed).
   std::vector<int64_t> new_pending_ ABSL_GUARDED_BY(mu_);
@@ -435,6 +442,8 @@ class Controller {
   std::map<std::pair<std::string, std::string>, scheduler::DecayedUsage>
       user_usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_accrual_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  ShareInputs shares_cache_ ABSL_GUARDED_BY(mu_);
+  absl::Time shares_cache_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time next_usage_store_mono_ ABSL_GUARDED_BY(mu_) =
       absl::InfinitePast();
   bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;

@@ -202,6 +202,7 @@ void Controller::Submit(
       refused = std::move(q);
     } else {
       ++submitting_[user];
+      ++submitting_queue_[{spec.queue(), user}];
       const int64_t id = jobs_.TakeId();
       rec->id = id;
       v1::Job& job = rec->job;
@@ -249,7 +250,7 @@ void Controller::Submit(
           {
             absl::MutexLock lock(&mu_);
             uncommitted_.erase(id);
-            DoneSubmitting(user);
+            DoneSubmitting(user, rec->job.spec().queue());
             auto it = jobs_.keys().find(scoped_key);
             if (!key.empty() && it != jobs_.keys().end() && it->second == id) {
               jobs_.keys().erase(it);
@@ -264,11 +265,16 @@ void Controller::Submit(
         {
           absl::MutexLock lock(&mu_);
           uncommitted_.erase(id);
-          DoneSubmitting(user);
+          DoneSubmitting(user, rec->job.spec().queue());
           // After a reload the store already gave the model this job.
           if (generation == generation_ && jobs_.Find(id) == nullptr) {
             rec->committed_event_seq = 1;
             rec->committed = std::make_shared<const v1::Job>(rec->job);
+            // A user new to the queue changes everyone's share there.
+            if (jobs_.pending_by_queue_user().count(
+                    {rec->job.spec().queue(), user}) == 0) {
+              shares_cache_mono_ = absl::InfinitePast();
+            }
             NoteDependencies(jobs_.Insert(std::move(*rec)));
             new_pending_.push_back(id);
             pass_needed_ = true;
@@ -287,9 +293,14 @@ int64_t Controller::SubmittingOf(const std::string& user) const {
   return it == submitting_.end() ? 0 : it->second;
 }
 
-void Controller::DoneSubmitting(const std::string& user) {
+void Controller::DoneSubmitting(const std::string& user,
+                                const std::string& queue) {
   auto it = submitting_.find(user);
   if (it != submitting_.end() && --it->second <= 0) submitting_.erase(it);
+  auto q = submitting_queue_.find({queue, user});
+  if (q != submitting_queue_.end() && --q->second <= 0) {
+    submitting_queue_.erase(q);
+  }
 }
 
 absl::StatusOr<const state::JobRecord*> Controller::FindJob(
@@ -316,12 +327,14 @@ absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
   ASSIGN_OR_RETURN(const JobRecord* rec, FindJob(job_id));
   v1::ExplainJobResponse out;
   *out.mutable_job() = Visible(*rec);
-  const ShareInputs shares = CollectShares();
+  const ShareInputs& shares = Shares();
   const scheduler::FairShare fs(shares.weights, shares.queue_usage,
                                 shares.user_usage, shares.active_users);
   v1::PriorityBreakdown* p = out.mutable_priority();
-  double fs_factor = 0, age_factor = 0;
-  const double effective = EffectiveOf(*rec, fs, &fs_factor, &age_factor);
+  const absl::Time wall_now = clock_->Now();
+  const double fs_factor = fs.Factor(rec->job.spec().queue(), rec->job.user());
+  double age_factor = 0;
+  const double effective = EffectiveOf(*rec, fs_factor, wall_now, &age_factor);
   const scheduler::PriorityWeights& w = opts_.priority_weights;
   p->set_priority(rec->job.spec().priority());
   p->set_submit_order(rec->id);
@@ -333,10 +346,10 @@ absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
   p->set_note(absl::StrFormat(
       "effective priority %.2f = priority %d + fair share %.3f x %g + age "
       "%.3f x %g (higher first; equal ones in submit order). The fair-share "
-      "factor is 2^-(usage/share) of %s in queue %s (xlctl share); age "
-      "counts up to %s pending",
+      "factor is queue %s's 2^-(usage/share) times %s's within it (xlctl "
+      "share); age counts from when it last became pending, up to %s",
       effective, rec->job.spec().priority(), fs_factor, w.fair_share,
-      age_factor, w.age, rec->job.user(), rec->job.spec().queue(),
+      age_factor, w.age, rec->job.spec().queue(), rec->job.user(),
       HumanDuration(w.max_age)));
   if (rec->job.state() != v1::PENDING) return out;
   // The queue the scheduler sees, in its order (-effective priority, id):
@@ -359,9 +372,7 @@ absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
     auto [f, added] = factors.emplace(
         std::make_pair(other->job.spec().queue(), other->job.user()), 0.0);
     if (added) f->second = fs.Factor(f->first.first, f->first.second);
-    const double e = scheduler::EffectivePriority(
-        other->job.spec().priority(), f->second,
-        clock_->Now() - FromProto(other->job.create_time()), w);
+    const double e = EffectiveOf(*other, f->second, wall_now);
     if (e < effective || (e == effective && other->id > rec->id)) continue;
     ++position;
     const auto& r = other->job.spec().resources();

@@ -15,6 +15,9 @@
 namespace xl::control {
 namespace {
 
+// Queues the scheduler keeps at most (each pass checks a cohort's members).
+constexpr size_t kMaxQueues = 1000;
+
 const v1::QueueSpec& ImplicitDefault() {
   static const v1::QueueSpec* spec = [] {
     auto* s = new v1::QueueSpec;
@@ -53,15 +56,15 @@ absl::Status Controller::ApplyQueueToSpec(const std::string& user,
   const v1::QueueSpec* q = QueueSpecOf(spec->queue());
   if (q == nullptr) {
     std::vector<std::string> names;
-    for (const auto& [name, queue] : queues_) {
-      if (names.size() < 20) names.push_back(name);
-    }
     if (queues_.count(scheduler::kDefaultQueue) == 0) {
       names.push_back(scheduler::kDefaultQueue);
     }
+    for (const auto& [name, queue] : queues_) names.push_back(name);
+    const bool more = names.size() > 20;
+    names.resize(std::min<size_t>(names.size(), 20));
     return absl::InvalidArgumentError(absl::StrCat(
         "queue: there is no queue '", spec->queue(), "'; queues here: ",
-        absl::StrJoin(names, ", "), queues_.size() >= 20 ? ", ..." : "",
+        absl::StrJoin(names, ", "), more ? ", ..." : "",
         " (xlctl queue list); submit to one of them, or ask an admin to "
         "create it (xlctl queue set ", spec->queue(), ")"));
   }
@@ -96,10 +99,44 @@ absl::Status Controller::ApplyQueueToSpec(const std::string& user,
         HumanDuration(max), " or less (with checkpoints, a requeued job "
         "goes on from the last one)"));
   }
+  // A job no state of the queue could ever start is refused now rather
+  // than left waiting for ever.
+  const int64_t gpus = int64_t{spec->resources().nodes()} *
+                       spec->resources().gpus_per_node();
+  if (gpus > 0 && q->max_running_gpus_per_user() > 0 &&
+      gpus > q->max_running_gpus_per_user()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resources: the job asks for ", gpus, " GPUs and queue ", q->name(),
+        " lets one user hold ", q->max_running_gpus_per_user(),
+        " (max_running_gpus_per_user); ask for fewer, or use another queue"));
+  }
+  if (gpus > 0 && q->quotas_size() > 0) {
+    int64_t most = 0;
+    for (const v1::GpuQuota& quota : q->quotas()) {
+      int64_t cap = quota.nominal_gpus();
+      if (!q->cohort().empty()) {
+        cap = quota.has_borrowing_limit_gpus()
+                  ? cap + quota.borrowing_limit_gpus().value()
+                  : INT64_MAX;
+      }
+      most = std::max(most, cap);
+    }
+    if (gpus > most) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resources: the job asks for ", gpus, " GPUs and queue ", q->name(),
+          " can hold at most ", most,
+          " of any model (its nominal quota plus what it may borrow); ask "
+          "for fewer, or ask an admin to raise the quota (xlctl queue show ",
+          q->name(), ")"));
+    }
+  }
   if (q->max_pending_jobs_per_user() > 0) {
     const auto& pending = jobs_.pending_by_queue_user();
     auto it = pending.find({spec->queue(), user});
-    const int64_t n = it == pending.end() ? 0 : it->second;
+    auto in_flight = submitting_queue_.find({spec->queue(), user});
+    const int64_t n =
+        (it == pending.end() ? 0 : it->second) +
+        (in_flight == submitting_queue_.end() ? 0 : in_flight->second);
     if (n >= q->max_pending_jobs_per_user()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "queue ", q->name(), " allows ", q->max_pending_jobs_per_user(),
@@ -133,9 +170,15 @@ void Controller::AccrueUsage() {
     const int64_t n = GpusOf(rec->job);
     if (n > 0) gpus[{rec->job.spec().queue(), rec->job.user()}] += n;
   }
+  for (auto& [queue, u] : queue_usage_) u.Decay(dt, half_life, wall);
+  for (auto& [key, u] : user_usage_) u.Decay(dt, half_life, wall);
   for (const auto& [key, n] : gpus) {
-    queue_usage_[key.first].Add(n * seconds, wall, half_life);
-    user_usage_[key].Add(n * seconds, wall, half_life);
+    scheduler::DecayedUsage& q = queue_usage_[key.first];
+    scheduler::DecayedUsage& u = user_usage_[key];
+    q.value += n * seconds;
+    q.as_of = wall;
+    u.value += n * seconds;
+    u.as_of = wall;
   }
   if (mono >= next_usage_store_mono_) {
     next_usage_store_mono_ = mono + opts_.usage_store_interval;
@@ -145,12 +188,21 @@ void Controller::AccrueUsage() {
 
 void Controller::StoreUsage() {
   if (queue_usage_.empty()) return;
+  // Usage decayed below a GPU-second is forgotten (in memory and on disk),
+  // so rows of users and queues long gone do not pile up.
+  constexpr double kForgotten = 1.0;
   std::vector<store::StoredUsage> rows;
-  for (const auto& [queue, u] : queue_usage_) {
-    rows.push_back({queue, "", u.value, u.as_of});
+  for (auto it = queue_usage_.begin(); it != queue_usage_.end();) {
+    const bool gone = it->second.value < kForgotten;
+    rows.push_back({it->first, "", gone ? 0 : it->second.value,
+                    it->second.as_of});
+    it = gone ? queue_usage_.erase(it) : std::next(it);
   }
-  for (const auto& [key, u] : user_usage_) {
-    rows.push_back({key.first, key.second, u.value, u.as_of});
+  for (auto it = user_usage_.begin(); it != user_usage_.end();) {
+    const bool gone = it->second.value < kForgotten;
+    rows.push_back({it->first.first, it->first.second,
+                    gone ? 0 : it->second.value, it->second.as_of});
+    it = gone ? user_usage_.erase(it) : std::next(it);
   }
   Commit(
       [rows = std::move(rows)](store::Tx& tx) {
@@ -158,6 +210,17 @@ void Controller::StoreUsage() {
         return absl::OkStatus();
       },
       nullptr);
+}
+
+const Controller::ShareInputs& Controller::Shares() {
+  const absl::Time now = clock_->MonotonicNow();
+  if (shares_cache_mono_ == absl::InfinitePast() ||
+      now - shares_cache_mono_ >= opts_.usage_interval ||
+      now < shares_cache_mono_) {
+    shares_cache_ = CollectShares();
+    shares_cache_mono_ = now;
+  }
+  return shares_cache_;
 }
 
 Controller::ShareInputs Controller::CollectShares() const {
@@ -194,20 +257,36 @@ Controller::ShareInputs Controller::CollectShares() const {
     in.user_running_gpus[key] += n;
   }
   for (const auto& key : active) ++in.active_users[key.first];
+  // Jobs of a queue nobody defined (from before queues were objects) are
+  // ranked as a queue of weight 1, not as one that used nothing.
+  bool added = false;
+  for (const auto& [queue, users] : in.active_users) {
+    added |= in.weights.emplace(queue, 1.0).second;
+  }
+  if (added) {
+    for (const auto& [queue, u] : queue_usage_) {
+      if (in.weights.count(queue) > 0 && in.queue_usage.count(queue) == 0) {
+        in.queue_usage[queue] = u.At(wall, half_life);
+      }
+    }
+    for (const auto& [key, u] : user_usage_) {
+      if (in.weights.count(key.first) > 0 && in.user_usage.count(key) == 0) {
+        in.user_usage[key] = u.At(wall, half_life);
+      }
+    }
+  }
   return in;
 }
 
-double Controller::EffectiveOf(const JobRecord& rec,
-                               const scheduler::FairShare& fs,
-                               double* fair_share_factor,
-                               double* age_factor) const {
-  const double factor = fs.Factor(rec.job.spec().queue(), rec.job.user());
-  if (fair_share_factor != nullptr) *fair_share_factor = factor;
-  const absl::Duration waited =
-      clock_->Now() - FromProto(rec.job.create_time());
-  return scheduler::EffectivePriority(rec.job.spec().priority(), factor,
-                                      waited, opts_.priority_weights,
-                                      age_factor);
+double Controller::EffectiveOf(const JobRecord& rec, double fair_share_factor,
+                               absl::Time wall_now, double* age_factor) const {
+  absl::Time since = FromProto(rec.job.create_time());
+  if (!rec.events.empty() && rec.events.back().to_state() == v1::PENDING) {
+    since = FromProto(rec.events.back().time());
+  }
+  return scheduler::EffectivePriority(rec.job.spec().priority(),
+                                      fair_share_factor, wall_now - since,
+                                      opts_.priority_weights, age_factor);
 }
 
 void Controller::ChangeQueue(const std::string& by, const std::string& action,
@@ -215,6 +294,9 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
                              std::function<void(absl::Status)> answer) {
   v1::QueueChange change;
   change.set_seq(next_queue_change_seq_++);
+  // A queue's version is the seq of its last change: it only ever goes up,
+  // also across a delete and a create of the same name.
+  if (action != "delete") queue.set_version(change.seq());
   *change.mutable_time() = ToProtoTime(clock_->Now());
   change.set_queue(queue.spec().name());
   change.set_by(by);
@@ -223,9 +305,18 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
   change.set_version(queue.version());
   const std::string name = queue.spec().name();
   const bool remove = action == "delete";
+  std::vector<store::StoredUsage> forget;
   if (remove) {
     queues_.erase(name);
     policies_.erase(name);
+    // A queue made again later under the name starts with no usage.
+    queue_usage_.erase(name);
+    forget.push_back({name, "", 0, clock_->Now()});
+    for (auto it = user_usage_.lower_bound({name, ""});
+         it != user_usage_.end() && it->first.first == name;) {
+      forget.push_back({name, it->first.second, 0, clock_->Now()});
+      it = user_usage_.erase(it);
+    }
   } else {
     queues_[name] = queue;
     SetPolicy(queue.spec());
@@ -237,10 +328,12 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
   // Policies changed: the whole queue is looked at again.
   capacity_freed_ = true;
   pass_needed_ = true;
+  shares_cache_mono_ = absl::InfinitePast();
   Commit(
-      [queue = std::move(queue), change = std::move(change), remove,
-       name](store::Tx& tx) {
+      [queue = std::move(queue), change = std::move(change), remove, name,
+       forget = std::move(forget)](store::Tx& tx) {
         RETURN_IF_ERROR(remove ? tx.DeleteQueue(name) : tx.PutQueue(queue));
+        for (const auto& row : forget) RETURN_IF_ERROR(tx.PutUsage(row));
         return tx.AddQueueChange(change);
       },
       nullptr, std::move(answer));
@@ -261,36 +354,59 @@ void Controller::PutQueue(
     const int64_t version = it == queues_.end() ? 0 : it->second.version();
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
+    } else if (it != queues_.end() &&
+               google::protobuf::util::MessageDifferencer::Equals(
+                   it->second.spec(), spec)) {
+      // Nothing changes (a retry of a change that went through is
+      // answered alike): no new version, nothing recorded; answered once
+      // the write that made it is on disk.
+      v1::Queue same = it->second;
+      store_->Write([](store::Tx&) { return absl::OkStatus(); },
+                    [done, same](absl::Status st) {
+                      if (st.ok()) {
+                        done(same);
+                      } else {
+                        done(absl::UnavailableError(absl::StrCat(
+                            "the queue change was not stored (", st.message(),
+                            "); retry once the scheduler takes writes "
+                            "again")));
+                      }
+                    });
+      return;
+    } else if (request.expected_version() == -1 && it != queues_.end()) {
+      refused = absl::AlreadyExistsError(absl::StrCat(
+          "queue ", spec.name(), " exists already (version ", version,
+          "); read it (xlctl queue show ", spec.name(),
+          ") and change it with its version"));
     } else if (request.expected_version() > 0 &&
                request.expected_version() != version) {
       refused = absl::FailedPreconditionError(absl::StrCat(
           "queue ", spec.name(), " is at version ", version, ", not ",
           request.expected_version(), "; someone changed it: read it again "
           "(xlctl queue show ", spec.name(), ") and retry"));
-    } else if (it != queues_.end() &&
-               google::protobuf::util::MessageDifferencer::Equals(
-                   it->second.spec(), spec)) {
-      // Nothing changes: no new version, nothing recorded.
-      v1::Queue same = it->second;
-      mu_.Unlock();
-      done(same);
-      mu_.Lock();
-      return;
+    } else if (request.expected_version() < -1) {
+      refused = absl::InvalidArgumentError(
+          "expected_version: give 0 (any), -1 (only if the queue does not "
+          "exist) or the version read");
+    } else if (it == queues_.end() && queues_.size() >= kMaxQueues) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "there are ", queues_.size(), " queues, the most the scheduler "
+          "keeps; delete unused ones (xlctl queue list) first"));
     } else {
       v1::Queue queue;
       *queue.mutable_spec() = spec;
-      queue.set_version(version + 1);
       *queue.mutable_update_time() = ToProtoTime(clock_->Now());
       queue.set_updated_by(user);
       queue.set_defined(true);
-      const std::string name = spec.name();
-      ChangeQueue(user, it == queues_.end() ? "create" : "update",
-                  std::move(queue), [this, name, done](absl::Status st) {
-                    if (!st.ok()) {
+      // The version ChangeQueue gives it; the answer is what was written.
+      queue.set_version(next_queue_change_seq_);
+      ChangeQueue(user, it == queues_.end() ? "create" : "update", queue,
+                  [done, queue](absl::Status st) {
+                    if (st.ok()) {
+                      done(queue);
+                    } else {
                       done(st);
-                      return;
                     }
-                    done(GetQueueSpec(name));
                   });
       return;
     }
@@ -323,6 +439,11 @@ void Controller::DeleteQueue(const std::string& user, const std::string& name,
       for (int64_t id : jobs_.active()) {
         const JobRecord* rec = jobs_.Find(id);
         if (rec != nullptr && rec->job.spec().queue() == name) ++running;
+      }
+      // Submits accepted and still being written count as pending.
+      for (auto p = submitting_queue_.lower_bound({name, ""});
+           p != submitting_queue_.end() && p->first.first == name; ++p) {
+        pending += p->second;
       }
       // "default" goes back to the implicit one; its jobs stay valid.
       if (name != scheduler::kDefaultQueue && pending + running > 0) {
@@ -416,7 +537,7 @@ absl::StatusOr<v1::ListQueueChangesResponse> Controller::ListQueueChanges(
 
 v1::GetSharesResponse Controller::GetShares() {
   absl::MutexLock lock(&mu_);
-  const ShareInputs in = CollectShares();
+  const ShareInputs& in = Shares();
   const scheduler::FairShare fs(in.weights, in.queue_usage, in.user_usage,
                                 in.active_users);
   v1::GetSharesResponse resp;

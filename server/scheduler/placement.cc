@@ -646,6 +646,8 @@ class PolicyGate {
         usable.push_back(m);
       }
     }
+    // No GPU of the fleet is what it asks for: its class says so.
+    if (usable.empty()) return true;
     std::vector<std::string> allowed;
     std::string reason;
     if (!book_->Admit(job->queue, job->user, gpus, usable, &allowed,
@@ -666,6 +668,27 @@ class PolicyGate {
       *narrowed = true;
     }
     return true;
+  }
+
+  // A job that got a reservation (or preempted for one) keeps its quota:
+  // jobs of its queue ranked after it cannot use it up meanwhile. Counted
+  // on the first model it may use.
+  void ChargeReserved(const JobRequest& job) {
+    const v1::ResourceRequest& req = *job.resources;
+    const std::string* model =
+        req.gpu_models_size() > 0
+            ? &req.gpu_models(0)
+            : (models_.empty() ? nullptr : &models_.front());
+    if (model == nullptr) return;
+    book_->Charge(job.queue, job.user,
+                  {{*model, int64_t{req.nodes()} * req.gpus_per_node()}});
+  }
+
+  // "queue research's quota has room only for NVIDIA A100-SXM4-80GB now: "
+  std::string NarrowedWhy(const JobRequest& job) const {
+    return absl::StrCat("queue ", job.queue, "'s quota has room only for ",
+                        absl::StrJoin(job.resources->gpu_models(), ", "),
+                        " now: ");
   }
 
   void Charge(const JobRequest& job, const Placement& placement) {
@@ -914,6 +937,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
                   "; it starts once their ranks have stopped (grace up to ",
                   HumanDuration(grace), ")")));
           out.reservations.push_back(std::move(r));
+          if (policy.governs(job)) policy.ChargeReserved(job);
           continue;
         }
       }
@@ -926,14 +950,20 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
             job.job_id, std::make_shared<const std::string>(absl::StrCat(
                             *c.reason, "; ", ReservationText(r, snapshot.now))));
         out.reservations.push_back(std::move(r));
+        if (policy.governs(job)) policy.ChargeReserved(job);
         // Its nodes are held: every class re-checks what it can have.
         continue;
       }
     }
     if (narrowed) {
       // Its request is not the one the caller keeps reasons by.
-      out.job_reasons.emplace_back(job.job_id, c.reason);
-    } else if (reported.insert(job.resources.get()).second) {
+      auto why = std::make_shared<const std::string>(
+          absl::StrCat(policy.NarrowedWhy(job), *c.reason));
+      out.job_reasons.emplace_back(job.job_id, why);
+      out.waiting.emplace_back(std::move(job.job_id), std::move(why));
+      continue;
+    }
+    if (reported.insert(job.resources.get()).second) {
       out.class_reasons.emplace_back(job.resources, c.reason);
     }
     out.waiting.emplace_back(std::move(job.job_id), c.reason);

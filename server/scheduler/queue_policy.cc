@@ -133,6 +133,12 @@ absl::Status ValidateQueueSpec(v1::QueueSpec* spec) {
       }
     }
   }
+  // One order, so a spec that lists the same quotas differently is the
+  // same spec.
+  std::sort(spec->mutable_quotas()->begin(), spec->mutable_quotas()->end(),
+            [](const v1::GpuQuota& a, const v1::GpuQuota& b) {
+              return a.gpu_model() < b.gpu_model();
+            });
   auto duration = [&](const char* name,
                       const google::protobuf::Duration& d) -> absl::Status {
     if (d.seconds() < 0 || d.nanos() < 0 ||
@@ -214,6 +220,11 @@ std::string QuotaBook::CheckKey(const QueuePolicy& q, const std::string& key,
   const std::string what =
       key == kAnyModel ? std::string("GPUs of other models")
                        : absl::StrCat(key, " GPUs");
+  // What it never lends is its own whatever the cohort does.
+  if (quota.lending_limit >= 0 &&
+      after <= quota.nominal - quota.lending_limit) {
+    return "";
+  }
   if (q.cohort.empty()) {
     if (after <= quota.nominal) return "";
     return absl::StrCat("queue ", q.name, "'s quota of ", quota.nominal, " ",
@@ -337,6 +348,14 @@ void DecayedUsage::Add(double amount, absl::Time now,
   if (as_of == absl::InfinitePast() || now > as_of) as_of = now;
 }
 
+void DecayedUsage::Decay(absl::Duration elapsed, absl::Duration half_life,
+                         absl::Time now) {
+  if (elapsed > absl::ZeroDuration() && half_life > absl::ZeroDuration()) {
+    value *= std::exp2(-absl::FDivDuration(elapsed, half_life));
+  }
+  as_of = now;
+}
+
 double DecayedUsage::At(absl::Time now, absl::Duration half_life) const {
   if (as_of == absl::InfinitePast() || now <= as_of ||
       half_life <= absl::ZeroDuration()) {
@@ -393,9 +412,22 @@ double FairShare::QueueFactor(const std::string& queue) const {
   return FactorOf(QueueUsage(queue), QueueShare(queue));
 }
 
+double FairShare::UserFactor(const std::string& queue,
+                             const std::string& user) const {
+  auto q = queue_usage_.find(queue);
+  auto u = user_usage_.find({queue, user});
+  if (q == queue_usage_.end() || q->second <= 0 || u == user_usage_.end()) {
+    return 1;
+  }
+  auto it = active_users_.find(queue);
+  const int64_t users =
+      it == active_users_.end() ? 1 : std::max<int64_t>(1, it->second);
+  return FactorOf(u->second / q->second, 1.0 / static_cast<double>(users));
+}
+
 double FairShare::Factor(const std::string& queue,
                          const std::string& user) const {
-  return FactorOf(UserUsage(queue, user), UserShare(queue));
+  return QueueFactor(queue) * UserFactor(queue, user);
 }
 
 double EffectivePriority(int32_t priority, double fair_share_factor,

@@ -108,18 +108,26 @@ struct DecayedUsage {
   // Decays to `now` (never forward in reverse: a clock that went back
   // decays nothing) and adds `amount`.
   void Add(double amount, absl::Time now, absl::Duration half_life);
+  // Decays by `elapsed` (measured on a clock that does not step) and dates
+  // the value `now`, whatever `now` was before: a wall clock stepped
+  // forward and back does not stop the decay.
+  void Decay(absl::Duration elapsed, absl::Duration half_life, absl::Time now);
   double At(absl::Time now, absl::Duration half_life) const;
 };
 
-// Fair-share factors from decayed usage, as Slurm's classic multifactor
-// plugin: a queue's share is its weight over all queues' weights; a user's
-// share is the queue's split evenly between the queue's active users; the
-// factor is 2^-(U / S) where U is the user's part of everyone's usage.
+// Fair-share factors from decayed usage, in two levels as Slurm's fair
+// tree orders accounts before users: a queue's factor is 2^-(U / S) with U
+// its part of everyone's usage and S its weight over all queues' weights; a
+// user's factor inside the queue is 2^-(u / s) with u their part of the
+// queue's usage and s one over the queue's active users. A job ranks by
+// the product, so queues get GPU time by weight however many users they
+// have, and users share their queue evenly.
 class FairShare {
  public:
   // `weights`: every queue's weight; `queue_usage`, `user_usage`: decayed
   // GPU-seconds; `active_users`: queue -> users with pending or running
   // jobs there.
+  // The maps must outlive this object.
   FairShare(const std::map<std::string, double>& weights,
             const std::map<std::string, double>& queue_usage,
             const std::map<std::pair<std::string, std::string>, double>&
@@ -127,12 +135,14 @@ class FairShare {
             const std::map<std::string, int64_t>& active_users);
 
   double QueueShare(const std::string& queue) const;
+  // The queue's share split evenly between its active users.
   double UserShare(const std::string& queue) const;
   // The part of everyone's usage.
   double QueueUsage(const std::string& queue) const;
   double UserUsage(const std::string& queue, const std::string& user) const;
   double QueueFactor(const std::string& queue) const;
-  // The factor a job of (queue, user) ranks by.
+  double UserFactor(const std::string& queue, const std::string& user) const;
+  // The factor a job of (queue, user) ranks by: queue x user factor.
   double Factor(const std::string& queue, const std::string& user) const;
 
  private:

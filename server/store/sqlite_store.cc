@@ -147,6 +147,9 @@ absl::Status SqliteStore::PrepareStatements() {
   ASSIGN_OR_RETURN(put_usage_,
                    db_->Prepare("INSERT OR REPLACE INTO usage (queue, user, "
                                 "gpu_seconds, as_of_us) VALUES (?,?,?,?)"));
+  ASSIGN_OR_RETURN(delete_usage_,
+                   db_->Prepare("DELETE FROM usage WHERE queue = ? AND "
+                                "user = ?"));
   ASSIGN_OR_RETURN(probe_, db_->Prepare("INSERT OR REPLACE INTO probe (id, "
                                         "time_us) VALUES (1, ?)"));
   ASSIGN_OR_RETURN(delete_logs_,
@@ -203,6 +206,7 @@ SqliteStore::~SqliteStore() {
                   &delete_rank_exits_, &put_token_, &add_event_, &put_node_,
                   &append_log_, &put_hold_, &delete_hold_, &append_metrics_,
                   &put_queue_, &delete_queue_, &add_queue_change_, &put_usage_,
+                  &delete_usage_,
                   &probe_, &delete_logs_, &delete_job_, &delete_events_,
                   &delete_metrics_, &delete_job_holds_, &savepoint_, &release_,
                   &rollback_to_}) {
@@ -283,6 +287,12 @@ absl::Status SqliteTx::AddQueueChange(const v1::QueueChange& c) {
 }
 
 absl::Status SqliteTx::PutUsage(const StoredUsage& u) {
+  if (u.gpu_seconds == 0) {
+    Statement* d = store_->delete_usage_.get();
+    d->BindText(1, u.queue);
+    d->BindText(2, u.user);
+    return d->Run();
+  }
   Statement* s = store_->put_usage_.get();
   s->BindText(1, u.queue);
   s->BindText(2, u.user);

@@ -105,6 +105,7 @@ class Tx {
   virtual absl::Status DeleteQueue(const std::string& name) = 0;
   // Records a change to a queue (its seq given by the caller).
   virtual absl::Status AddQueueChange(const v1::QueueChange& change) = 0;
+  // Inserts or replaces a usage row; gpu_seconds 0 deletes it.
   virtual absl::Status PutUsage(const StoredUsage& usage) = 0;
   // A small write that touches the disk: tells whether writes work again.
   virtual absl::Status Probe() = 0;

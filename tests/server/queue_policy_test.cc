@@ -146,6 +146,51 @@ TEST(QueuePolicyTest, BorrowsUnusedQuotaOfItsCohortWithinBothLimits) {
   EXPECT_EQ(d.starts.size(), 5u);
 }
 
+TEST(QueuePolicyTest, WhatAQueueNeverLendsIsAlwaysItsOwn) {
+  // The cohort is over its bound (a's borrowing was admitted before b's
+  // lending limit was lowered to 2): b still gets the 2 it never lends.
+  ClusterSnapshot snap = Fleet({kH100, kH100});
+  snap.policies["a"] = Policy("a", "lab", {{"*", {4, -1, -1}}});
+  snap.policies["b"] = Policy("b", "lab", {{"*", {4, -1, 2}}});
+  snap.queues["a"].gpus_by_model[kH100] = 8;
+  Decisions d = Schedule(snap, {Job("1", "b", "u", 1, 3, 1),
+                                Job("2", "b", "u", 1, 2, 2)});
+  EXPECT_EQ(Started(d), (std::set<std::string>{"2"}));
+  EXPECT_NE(ReasonOf(d, "1").find("borrowed that part"), std::string::npos)
+      << ReasonOf(d, "1");
+}
+
+TEST(QueuePolicyTest, AReservedJobKeepsItsQuota) {
+  // A 16-GPU gang of queue a (quota 16) is blocked by capacity and
+  // reserved; the 1-GPU jobs of a behind it may not use up its quota.
+  ClusterSnapshot snap = Fleet({kH100, kH100});
+  snap.max_reservations = 8;
+  snap.now = absl::FromUnixSeconds(1800000000);
+  snap.policies["a"] = Policy("a", "", {{"*", {16, -1, -1}}});
+  NodeShare busy;
+  busy.node = "n0";
+  busy.gpu_indices = {0};
+  ASSERT_TRUE(Consume(&snap.nodes[0], busy));
+  RunningGang other;
+  other.job_id = "x";
+  other.queue = "b";
+  other.nodes = {"n0"};
+  other.gpus = 1;
+  other.expected_end = snap.now + absl::Hours(1);
+  other.shares = {busy};
+  snap.running.push_back(other);
+  std::vector<JobRequest> jobs{Job("big", "a", "u", 2, 8, 1)};
+  for (int i = 2; i <= 6; ++i) {
+    jobs.push_back(Job(std::to_string(i), "a", "u", 1, 1, i));
+  }
+  Decisions d = Schedule(snap, jobs);
+  ASSERT_EQ(d.reservations.size(), 1u);
+  EXPECT_EQ(d.reservations[0].job_id, "big");
+  EXPECT_TRUE(d.starts.empty());
+  EXPECT_NE(ReasonOf(d, "2").find("quota of 16"), std::string::npos)
+      << ReasonOf(d, "2");
+}
+
 TEST(QueuePolicyTest, AQueueWithoutCohortNeverBorrows) {
   ClusterSnapshot snap = Fleet({kH100});
   snap.policies["a"] = Policy("a", "", {{"*", {2, -1, -1}}});
@@ -213,13 +258,27 @@ TEST(QueuePolicyTest, FairShareFactors) {
   EXPECT_DOUBLE_EQ(fs.QueueShare("a"), 0.25);
   EXPECT_DOUBLE_EQ(fs.QueueFactor("a"), 0.5);
   EXPECT_DOUBLE_EQ(fs.QueueFactor("b"), 0.5);
-  // b's share is split between its two active users; y used all of it.
+  // b's share is split between its two active users; y used all of b's
+  // usage against a half: 2^-2 within the queue, times the queue's 0.5.
   EXPECT_DOUBLE_EQ(fs.UserShare("b"), 0.375);
-  EXPECT_DOUBLE_EQ(fs.Factor("b", "y"), std::exp2(-0.75 / 0.375));
-  // Who used nothing ranks first.
-  EXPECT_DOUBLE_EQ(fs.Factor("b", "z"), 1.0);
+  EXPECT_DOUBLE_EQ(fs.UserFactor("b", "y"), 0.25);
+  EXPECT_DOUBLE_EQ(fs.Factor("b", "y"), 0.125);
+  // Who used nothing ranks first within the queue; the queue's own use
+  // still counts.
+  EXPECT_DOUBLE_EQ(fs.Factor("b", "z"), 0.5);
+  // Many light users do not lift a heavy queue above a light one: a queue
+  // that used three times its share ranks below one that used none.
+  std::map<std::string, double> heavy{{"a", 400}};
+  std::map<std::pair<std::string, std::string>, double> spread{
+      {{"a", "x"}, 100}, {{"a", "y"}, 100}, {{"a", "z"}, 100},
+      {{"a", "w"}, 100}};
+  std::map<std::string, int64_t> many{{"a", 4}, {"b", 1}};
+  FairShare skewed(weights, heavy, spread, many);
+  EXPECT_LT(skewed.Factor("a", "x"), skewed.Factor("b", "v"));
   // No usage at all: every factor is 1.
-  FairShare empty(weights, {}, {}, active);
+  const std::map<std::string, double> no_usage;
+  const std::map<std::pair<std::string, std::string>, double> no_users;
+  FairShare empty(weights, no_usage, no_users, active);
   EXPECT_DOUBLE_EQ(empty.Factor("a", "x"), 1.0);
 
   PriorityWeights w;

@@ -116,6 +116,19 @@ TEST_F(QueuesTest, ChangesAreVersionedRecordedAndSurviveRestart) {
   changes = controller_->ListQueueChanges(req);
   EXPECT_EQ(changes->changes(0).seq(), 3);
 
+  // Create-only refuses an existing queue; a deleted and re-made queue
+  // never gets a version it had before.
+  v1::QueueSpec other = Spec("other", 1);
+  ASSERT_TRUE(Put(other, -1).ok());
+  EXPECT_EQ(Put(Spec("other", 2), -1).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  const int64_t before = controller_->GetQueueSpec("other")->version();
+  ASSERT_TRUE(Delete("other").ok());
+  auto again = Put(other, -1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->version(), before);
+  ASSERT_TRUE(Delete("other").ok());
+
   // The implicit default queue is listed, not defined.
   auto all = controller_->ListQueues();
   ASSERT_EQ(all->queues_size(), 2);
@@ -143,6 +156,22 @@ TEST_F(QueuesTest, SubmitChecksTheQueue) {
   auto too_high = SubmitTo("short", 1, /*priority=*/11);
   EXPECT_EQ(too_high.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(too_high.status().message().rfind("priority:", 0), 0u);
+  v1::QueueSpec capped = Spec("capped", 1);
+  capped.set_max_running_gpus_per_user(4);
+  auto* quota = capped.add_quotas();
+  quota->set_gpu_model("*");
+  quota->set_nominal_gpus(6);
+  ASSERT_TRUE(Put(capped).ok());
+  auto never = SubmitTo("capped", 8);
+  EXPECT_EQ(never.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(never.status().message().find("max_running_gpus_per_user"),
+            std::string::npos);
+  capped.set_max_running_gpus_per_user(0);
+  ASSERT_TRUE(Put(capped).ok());
+  never = SubmitTo("capped", 8);
+  EXPECT_EQ(never.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(never.status().message().find("can hold at most 6"),
+            std::string::npos);
   // Rejected requests stored nothing.
   EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
 
@@ -236,8 +265,9 @@ TEST_F(QueuesTest, FairShareUsageIsCountedStoredAndOrdersTheQueue) {
   }
   // 8 GPUs x 1 h, decayed by at most an hour of a 24 h half-life.
   EXPECT_NEAR(alice_hours, 8 * 0.98, 0.2);
-  // The only user of the only queue used all of it: exactly her share.
-  EXPECT_DOUBLE_EQ(alice_factor, 0.5);
+  // The only user of the only queue used all of it: exactly the queue's
+  // share (0.5) and exactly hers within it (0.5).
+  EXPECT_NEAR(alice_factor, 0.25, 1e-9);
 
   // Stored (at most usage_store_interval old) and loaded after a restart.
   clock_.Advance(absl::Seconds(11));
@@ -260,7 +290,7 @@ TEST_F(QueuesTest, FairShareUsageIsCountedStoredAndOrdersTheQueue) {
   ASSERT_TRUE(explained.ok());
   EXPECT_EQ(explained->position(), 2);
   // With bob active her share is half the queue's, and she used it all.
-  EXPECT_NEAR(explained->priority().fair_share_factor(), 0.25, 0.01);
+  EXPECT_NEAR(explained->priority().fair_share_factor(), 0.125, 0.01);
   EXPECT_NEAR(explained->priority().effective(),
               100 * explained->priority().fair_share_factor(), 0.1);
   ASSERT_EQ(explained->ahead_size(), 1);
