@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -404,10 +405,12 @@ class Reserver {
   // until the job fits, then every one found not needed put back (the last
   // added is needed). Holds the nodes it would start on. False when even
   // all of them do not make room.
+  // With `minimize` false every candidate up to the one that made room
+  // stays a victim (a reclaim needs them all for the quota).
   bool PreemptFor(const JobRequest& job,
                   const std::vector<const RunningGang*>& candidates,
                   std::vector<const RunningGang*>* victims,
-                  Placement* placement) {
+                  Placement* placement, bool minimize = true) {
     const v1::ResourceRequest& req = *job.resources;
     std::vector<NodeCapacity> future = current_;
     ShareFit share_fit(*fleet_, req);
@@ -459,7 +462,7 @@ class Reserver {
       }
     }
     if (!placed) return false;
-    for (size_t k = victims->size() - 1; k-- > 0;) {
+    for (size_t k = victims->size() - 1; minimize && k-- > 0;) {
       const RunningGang* g = (*victims)[k];
       give_back(*g, true);
       Placement without;
@@ -597,6 +600,21 @@ class Reserver {
   std::unordered_map<const v1::ResourceRequest*, absl::Duration> failed_limit_;
 };
 
+// The order gangs are preempted in: lowest priority first, then the least
+// GPU time lost.
+void SortVictims(std::vector<const RunningGang*>* gangs) {
+  std::sort(gangs->begin(), gangs->end(),
+            [](const RunningGang* a, const RunningGang* b) {
+              if (a->priority != b->priority) {
+                return a->priority < b->priority;
+              }
+              const double wa = a->gpus * absl::ToDoubleSeconds(a->ran);
+              const double wb = b->gpus * absl::ToDoubleSeconds(b->ran);
+              if (wa != wb) return wa < wb;
+              return a->job_id < b->job_id;
+            });
+}
+
 // Queue policy within a pass: quotas and per-user limits (QuotaBook), kept
 // up to date as jobs start. Costs nothing when no queue has a policy.
 class PolicyGate {
@@ -625,49 +643,75 @@ class PolicyGate {
            snapshot_.policies.count(job.queue) > 0;
   }
 
-  // False with the reason when the job must wait for its queue; else true,
-  // with job->resources narrowed to the GPU models its quota still covers
-  // (*narrowed set) when that is not all it could use.
+  // False with the reason when the job must wait for its queue (and
+  // *reclaimable when preempting borrowers of its quota would make room);
+  // else true, with job->resources narrowed to the GPU models its quota
+  // still covers (*narrowed set) when that is not all it could use.
   bool Admit(JobRequest* job, bool* narrowed,
-             std::shared_ptr<const std::string>* why) {
+             std::shared_ptr<const std::string>* why, bool* reclaimable) {
     const v1::ResourceRequest& req = *job->resources;
     const int64_t gpus = int64_t{req.nodes()} * req.gpus_per_node();
-    // What failed stays failed for the pass: usage only grows within it.
+    // What failed stays failed for the pass while usage only grows (a
+    // reclaim, which gives some back, forgets these).
     const Key key{job->queue, job->user, gpus, job->resources.get()};
     if (auto f = failed_.find(key); f != failed_.end()) {
-      *why = f->second;
+      *why = f->second.first;
+      *reclaimable = f->second.second;
       return false;
     }
-    std::vector<std::string> usable;
-    for (const std::string& m : models_) {
-      if (req.gpu_models_size() == 0 ||
-          std::find(req.gpu_models().begin(), req.gpu_models().end(), m) !=
-              req.gpu_models().end()) {
-        usable.push_back(m);
-      }
-    }
-    // No GPU of the fleet is what it asks for: its class says so.
-    if (usable.empty()) return true;
-    std::vector<std::string> allowed;
     std::string reason;
-    if (!book_->Admit(job->queue, job->user, gpus, usable, &allowed,
-                      &reason)) {
-      *why = failed_[key] = std::make_shared<const std::string>(reason);
+    if (!AdmitWith(*book_, job, narrowed, &reason, reclaimable)) {
+      *why = std::make_shared<const std::string>(reason);
+      failed_[key] = {*why, *reclaimable};
       return false;
-    }
-    if (allowed.size() < usable.size()) {
-      std::shared_ptr<const v1::ResourceRequest>& n =
-          narrowed_[{job->resources.get(), absl::StrJoin(allowed, "\n")}];
-      if (n == nullptr) {
-        auto copy = std::make_shared<v1::ResourceRequest>(req);
-        copy->clear_gpu_models();
-        for (const std::string& m : allowed) copy->add_gpu_models(m);
-        n = std::move(copy);
-      }
-      job->resources = n;
-      *narrowed = true;
     }
     return true;
+  }
+
+  // Reclaiming a queue's lent quota (Kueue's reclaimWithinCohort): the
+  // gangs of other queues of its cohort that hold more than their nominal,
+  // lowest priority and least GPU time lost first, as few as let `job` in
+  // by quota. Whatever their priority: what they borrowed was lent. Fills
+  // `victims` and narrows `job` as Admit does; the quota changes only at
+  // CommitReclaim.
+  bool Reclaim(JobRequest* job, const std::vector<RunningGang>& running,
+               const std::unordered_set<std::string>& preempted,
+               std::vector<const RunningGang*>* victims, bool* narrowed) {
+    const QueuePolicy& own = snapshot_.policies.at(job->queue);
+    if (own.cohort.empty()) return false;
+    std::vector<const RunningGang*> candidates;
+    for (const RunningGang& g : running) {
+      auto p = snapshot_.policies.find(g.queue);
+      if (!g.preemptible || g.shares.empty() || g.queue == job->queue ||
+          preempted.count(g.job_id) > 0 || p == snapshot_.policies.end() ||
+          p->second.cohort != own.cohort || book_->Borrowed(g.queue) <= 0) {
+        continue;
+      }
+      candidates.push_back(&g);
+    }
+    SortVictims(&candidates);
+    trial_ = std::make_unique<QuotaBook>(*book_);
+    victims->clear();
+    std::string reason;
+    bool reclaimable = false;
+    for (const RunningGang* g : candidates) {
+      std::map<std::string, int64_t> held = ModelsOf(g->shares);
+      for (auto& [model, n] : held) n = -n;
+      trial_->Charge(g->queue, g->user, held);
+      victims->push_back(g);
+      JobRequest attempt = *job;
+      bool narrow = false;
+      if (AdmitWith(*trial_, &attempt, &narrow, &reason, &reclaimable)) {
+        *job = std::move(attempt);
+        *narrowed = narrow;
+        return true;
+      }
+    }
+    return false;
+  }
+  void CommitReclaim() {
+    book_ = std::move(trial_);
+    failed_.clear();
   }
 
   // A job that got a reservation (or preempted for one) keeps its quota:
@@ -692,13 +736,20 @@ class PolicyGate {
   }
 
   void Charge(const JobRequest& job, const Placement& placement) {
+    book_->Charge(job.queue, job.user, ModelsOf(placement.shares));
+  }
+
+ private:
+  // GPU model -> GPUs of the shares.
+  std::map<std::string, int64_t> ModelsOf(
+      const std::vector<NodeShare>& shares) {
     if (infos_.empty()) {
       for (const NodeCapacity& n : snapshot_.nodes) {
         infos_[n.name()] = n.info.get();
       }
     }
     std::map<std::string, int64_t> by_model;
-    for (const NodeShare& share : placement.shares) {
+    for (const NodeShare& share : shares) {
       auto it = infos_.find(share.node);
       if (it == infos_.end()) continue;
       for (int32_t index : share.gpu_indices) {
@@ -710,16 +761,50 @@ class PolicyGate {
         }
       }
     }
-    book_->Charge(job.queue, job.user, by_model);
+    return by_model;
   }
 
- private:
+  bool AdmitWith(const QuotaBook& book, JobRequest* job, bool* narrowed,
+                 std::string* reason, bool* reclaimable) {
+    const v1::ResourceRequest& req = *job->resources;
+    const int64_t gpus = int64_t{req.nodes()} * req.gpus_per_node();
+    std::vector<std::string> usable;
+    for (const std::string& m : models_) {
+      if (req.gpu_models_size() == 0 ||
+          std::find(req.gpu_models().begin(), req.gpu_models().end(), m) !=
+              req.gpu_models().end()) {
+        usable.push_back(m);
+      }
+    }
+    // No GPU of the fleet is what it asks for: its class says so.
+    if (usable.empty()) return true;
+    std::vector<std::string> allowed;
+    if (!book.Admit(job->queue, job->user, gpus, usable, &allowed, reason,
+                    reclaimable)) {
+      return false;
+    }
+    if (allowed.size() < usable.size()) {
+      std::shared_ptr<const v1::ResourceRequest>& n =
+          narrowed_[{job->resources.get(), absl::StrJoin(allowed, "\n")}];
+      if (n == nullptr) {
+        auto copy = std::make_shared<v1::ResourceRequest>(req);
+        copy->clear_gpu_models();
+        for (const std::string& m : allowed) copy->add_gpu_models(m);
+        n = std::move(copy);
+      }
+      job->resources = n;
+      *narrowed = true;
+    }
+    return true;
+  }
+
   using Key = std::tuple<std::string, std::string, int64_t,
                          const v1::ResourceRequest*>;
   const ClusterSnapshot& snapshot_;
   std::unique_ptr<QuotaBook> book_;
+  std::unique_ptr<QuotaBook> trial_;
   std::vector<std::string> models_;
-  std::map<Key, std::shared_ptr<const std::string>> failed_;
+  std::map<Key, std::pair<std::shared_ptr<const std::string>, bool>> failed_;
   std::map<std::pair<const v1::ResourceRequest*, std::string>,
            std::shared_ptr<const v1::ResourceRequest>>
       narrowed_;
@@ -817,6 +902,51 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   PolicyGate policy(snapshot, fleet);
   int preemptors_left = snapshot.preemption ? snapshot.max_preemptors : 0;
   std::unordered_set<std::string> preempted;
+  // The job waits for its victims to stop, holding the nodes they free;
+  // `why` heads each victim's reason ("priority 5 > " is followed by the
+  // victim's priority).
+  auto record_preemption = [&](JobRequest& job,
+                               const std::vector<const RunningGang*>& victims,
+                               const Placement& placement,
+                               const std::string& why) {
+    Reservation r;
+    r.job_id = job.job_id;
+    r.priority = RankOf(job);
+    r.submit_seq = job.submit_seq;
+    absl::Duration grace = absl::ZeroDuration();
+    std::vector<std::string> named;
+    for (const RunningGang* v : victims) {
+      preempted.insert(v->job_id);
+      grace = std::max(grace, v->grace);
+      r.waits_for.push_back(v->job_id);
+      named.push_back(absl::StrCat("job ", v->job_id, " (", v->queue.empty()
+                                                              ? ""
+                                                              : v->queue + ", ",
+                                   "priority ", v->priority, ", ran ",
+                                   HumanDuration(v->ran), ")"));
+      out.preemptions.push_back(
+          {v->job_id, job.job_id,
+           absl::StrCat("preempted by job ", job.job_id, " of ", job.user,
+                        " (", why,
+                        absl::EndsWith(why, "> ")
+                            ? absl::StrCat(v->priority)
+                            : std::string(),
+                        ")")});
+    }
+    r.start = snapshot.now + grace;
+    for (const NodeShare& share : placement.shares) {
+      r.nodes.push_back(share.node);
+    }
+    out.waiting.emplace_back(
+        job.job_id,
+        std::make_shared<const std::string>(absl::StrCat(
+            "preempting ", absl::StrJoin(named, ", "), " to start on ",
+            absl::StrJoin(r.nodes, ", "),
+            "; it starts once their ranks have stopped (grace up to ",
+            HumanDuration(grace), ")")));
+    out.reservations.push_back(std::move(r));
+    if (policy.governs(job)) policy.ChargeReserved(job);
+  };
   ClassTable classes;
   out.waiting.reserve(queue.size());
   std::vector<RequestClass::Pick> picks;
@@ -836,7 +966,27 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     bool narrowed = false;
     if (policy.governs(job)) {
       std::shared_ptr<const std::string> why;
-      if (!policy.Admit(&job, &narrowed, &why)) {
+      bool reclaimable = false;
+      if (!policy.Admit(&job, &narrowed, &why, &reclaimable)) {
+        // Its own nominal quota was lent: take it back from borrowers.
+        std::vector<const RunningGang*> borrowers, used;
+        Placement placement;
+        JobRequest reclaiming = job;
+        bool narrow = false;
+        if (reclaimable && preemptors_left > 0 && job.may_preempt &&
+            policy.Reclaim(&reclaiming, snapshot.running, preempted,
+                           &borrowers, &narrow) &&
+            reserving()->PreemptFor(reclaiming, borrowers, &used, &placement,
+                                    /*minimize=*/false)) {
+          // Every borrower found is stopped: the quota needs them all,
+          // even when fewer make room on the nodes.
+          --preemptors_left;
+          policy.CommitReclaim();
+          record_preemption(reclaiming, borrowers, placement,
+                            absl::StrCat("reclaiming the nominal quota queue ",
+                                         job.queue, " lent to its cohort"));
+          continue;
+        }
         out.job_reasons.emplace_back(job.job_id, why);
         out.waiting.emplace_back(std::move(job.job_id), std::move(why));
         continue;
@@ -892,52 +1042,12 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       }
       if (!candidates.empty()) {
         --preemptors_left;
-        // Lowest priority first, then the least GPU time lost.
-        std::sort(candidates.begin(), candidates.end(),
-                  [](const RunningGang* a, const RunningGang* b) {
-                    if (a->priority != b->priority) {
-                      return a->priority < b->priority;
-                    }
-                    const double wa = a->gpus * absl::ToDoubleSeconds(a->ran);
-                    const double wb = b->gpus * absl::ToDoubleSeconds(b->ran);
-                    if (wa != wb) return wa < wb;
-                    return a->job_id < b->job_id;
-                  });
+        SortVictims(&candidates);
         std::vector<const RunningGang*> victims;
         Placement placement;
         if (reserving()->PreemptFor(job, candidates, &victims, &placement)) {
-          Reservation r;
-          r.job_id = job.job_id;
-          r.priority = RankOf(job);
-          r.submit_seq = job.submit_seq;
-          absl::Duration grace = absl::ZeroDuration();
-          std::vector<std::string> named;
-          for (const RunningGang* v : victims) {
-            preempted.insert(v->job_id);
-            grace = std::max(grace, v->grace);
-            r.waits_for.push_back(v->job_id);
-            named.push_back(absl::StrCat("job ", v->job_id, " (priority ",
-                                         v->priority, ", ran ",
-                                         HumanDuration(v->ran), ")"));
-            out.preemptions.push_back(
-                {v->job_id, job.job_id,
-                 absl::StrCat("preempted by job ", job.job_id, " of ",
-                              job.user, " (priority ", job.priority, " > ",
-                              v->priority, ")")});
-          }
-          r.start = snapshot.now + grace;
-          for (const NodeShare& share : placement.shares) {
-            r.nodes.push_back(share.node);
-          }
-          out.waiting.emplace_back(
-              job.job_id,
-              std::make_shared<const std::string>(absl::StrCat(
-                  "preempting ", absl::StrJoin(named, ", "), " to start on ",
-                  absl::StrJoin(r.nodes, ", "),
-                  "; it starts once their ranks have stopped (grace up to ",
-                  HumanDuration(grace), ")")));
-          out.reservations.push_back(std::move(r));
-          if (policy.governs(job)) policy.ChargeReserved(job);
+          record_preemption(job, victims, placement,
+                            absl::StrCat("priority ", job.priority, " > "));
           continue;
         }
       }
@@ -963,6 +1073,9 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       out.waiting.emplace_back(std::move(job.job_id), std::move(why));
       continue;
     }
+    // Waiting for the gangs it preempted to stop, it keeps its quota (or
+    // borrowers would take it again meanwhile).
+    if (!job.may_preempt && policy.governs(job)) policy.ChargeReserved(job);
     if (reported.insert(job.resources.get()).second) {
       out.class_reasons.emplace_back(job.resources, c.reason);
     }

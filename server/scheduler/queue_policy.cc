@@ -213,7 +213,8 @@ int64_t QuotaBook::Borrowed(const std::string& queue) const {
 }
 
 std::string QuotaBook::CheckKey(const QueuePolicy& q, const std::string& key,
-                                int64_t gpus) const {
+                                int64_t gpus, bool* lent) const {
+  if (lent != nullptr) *lent = false;
   const Quota& quota = q.quotas.at(key);
   const int64_t used = Used(q.name, key);
   const int64_t after = used + gpus;
@@ -256,6 +257,7 @@ std::string QuotaBook::CheckKey(const QueuePolicy& q, const std::string& key,
   }
   if (borrowed <= lendable) return "";
   if (after <= quota.nominal) {
+    if (lent != nullptr) *lent = true;
     return absl::StrCat(
         "queue ", q.name, " is within its nominal ", quota.nominal, " ", what,
         " (", used, " in use, the job needs ", gpus, "), but cohort ",
@@ -273,8 +275,9 @@ std::string QuotaBook::CheckKey(const QueuePolicy& q, const std::string& key,
 bool QuotaBook::Admit(const std::string& queue, const std::string& user,
                       int64_t gpus, const std::vector<std::string>& models,
                       std::vector<std::string>* allowed,
-                      std::string* reason) const {
+                      std::string* reason, bool* reclaimable) const {
   allowed->clear();
+  if (reclaimable != nullptr) *reclaimable = false;
   auto p = policies_->find(queue);
   if (p == policies_->end() || gpus <= 0) {
     allowed->assign(models.begin(), models.end());
@@ -310,7 +313,11 @@ bool QuotaBook::Admit(const std::string& queue, const std::string& user,
       continue;
     }
     auto [it, added] = verdicts.emplace(*key, "");
-    if (added) it->second = CheckKey(q, *key, gpus);
+    if (added) {
+      bool lent = false;
+      it->second = CheckKey(q, *key, gpus, &lent);
+      if (lent && reclaimable != nullptr) *reclaimable = true;
+    }
     if (it->second.empty()) {
       allowed->push_back(model);
     } else if (first_why.empty()) {
@@ -335,9 +342,11 @@ void QuotaBook::Charge(const std::string& queue, const std::string& user,
   auto p = policies_->find(queue);
   if (p == policies_->end()) return;
   for (const auto& [model, gpus] : gpus_by_model) {
-    user_gpus_[queue][user] += gpus;
+    int64_t& held = user_gpus_[queue][user];
+    held = std::max<int64_t>(0, held + gpus);
     if (const std::string* key = p->second.KeyFor(model)) {
-      used_[queue][*key] += gpus;
+      int64_t& used = used_[queue][*key];
+      used = std::max<int64_t>(0, used + gpus);
     }
   }
 }

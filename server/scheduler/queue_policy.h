@@ -75,10 +75,15 @@ class QuotaBook {
   // and `user` needing `gpus` GPUs in all may take now. Returns true with
   // every model allowed when none is restricted; true with `allowed` set to
   // a subset; or false with the reason.
+  // `reclaimable` (if given) is set when the job would be within its
+  // queue's own nominal quota on some model but the cohort lent that part:
+  // preempting borrowers would make room.
   bool Admit(const std::string& queue, const std::string& user, int64_t gpus,
              const std::vector<std::string>& models,
-             std::vector<std::string>* allowed, std::string* reason) const;
-  // A job started: count what it holds (GPU model -> GPUs).
+             std::vector<std::string>* allowed, std::string* reason,
+             bool* reclaimable = nullptr) const;
+  // A job started: count what it holds (GPU model -> GPUs); negative
+  // counts give back what a preempted job held.
   void Charge(const std::string& queue, const std::string& user,
               const std::map<std::string, int64_t>& gpus_by_model);
 
@@ -87,9 +92,11 @@ class QuotaBook {
   int64_t Borrowed(const std::string& queue) const;
 
  private:
-  // Empty when `queue` may take `gpus` more of `key`, else why not.
+  // Empty when `queue` may take `gpus` more of `key`, else why not;
+  // `lent` says the refusal is only because the cohort borrowed the
+  // queue's own nominal.
   std::string CheckKey(const QueuePolicy& q, const std::string& key,
-                       int64_t gpus) const;
+                       int64_t gpus, bool* lent = nullptr) const;
 
   const std::map<std::string, QueuePolicy>* policies_;
   // queue -> key -> GPUs held.

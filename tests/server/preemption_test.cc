@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "server/scheduler/placement.h"
@@ -173,6 +174,49 @@ TEST(PreemptionTest, ALowerJobCannotTakeWhatWasFreedForThePreemptor) {
       EXPECT_NE(share.node, held) << id << " took the preemptor's node";
     }
   }
+}
+
+// A queue whose nominal quota its cohort lent takes it back from the
+// borrowers, whatever their priority; queues that do not borrow keep their
+// jobs.
+TEST(PreemptionTest, ALenderReclaimsItsQuotaFromBorrowers) {
+  Cluster c(3);
+  auto policy = [](const std::string& name, int64_t nominal) {
+    QueuePolicy p;
+    p.name = name;
+    p.cohort = "lab";
+    p.quotas["*"] = {nominal, -1, -1};
+    return p;
+  };
+  c.snap.policies["a"] = policy("a", 8);
+  c.snap.policies["b"] = policy("b", 8);
+  c.snap.policies["c"] = policy("c", 8);
+  // b holds 16 (8 borrowed from a); c holds its own 8.
+  for (auto [id, node, queue, ran] :
+       {std::make_tuple("g1", 0, "b", 60), std::make_tuple("g2", 1, "b", 10),
+        std::make_tuple("g3", 2, "c", 1)}) {
+    RunningGang& g = c.Run(id, {node}, 8, /*prio=*/5, absl::Minutes(ran));
+    g.queue = queue;
+    c.snap.queues[queue].gpus_by_model["NVIDIA H100 80GB HBM3"] += 8;
+  }
+  JobRequest job = Job("p", 1, 8, /*prio=*/0, 1);
+  job.queue = "a";
+  Decisions d = Schedule(c.snap, {job});
+  // The borrower's cheaper gang goes; c, within its own quota, keeps its
+  // job though it ran the least.
+  ASSERT_EQ(Victims(d), std::vector<std::string>{"g2"});
+  EXPECT_NE(d.preemptions[0].reason.find(
+                "reclaiming the nominal quota queue a lent"),
+            std::string::npos)
+      << d.preemptions[0].reason;
+  ASSERT_EQ(d.reservations.size(), 1u);
+  EXPECT_EQ(d.reservations[0].nodes, std::vector<std::string>{"n1"});
+
+  // Without a cohort there is nothing to reclaim.
+  for (auto& [name, p] : c.snap.policies) p.cohort.clear();
+  c.snap.policies["a"].quotas["*"].borrowing_limit = 0;
+  d = Schedule(c.snap, {job});
+  EXPECT_TRUE(d.preemptions.empty());
 }
 
 // Random fleets and running gangs, random blocked jobs: every preemption
