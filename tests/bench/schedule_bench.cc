@@ -488,11 +488,11 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%6s %8s | %8s %8s %6s %6s %9s | %11s %11s %6s %4s | %11s %6s %5s"
-              " | %11s %6s %6s\n",
+              " | %11s %6s %6s %7s\n",
               "nodes", "pending", "new ms", "cpu ms", "starts", "shares",
               "starts/s", "baseline ms", "cpu ms", "ratio", "same",
               "+8 resv ms", "starts", "resv", "+policy ms", "starts",
-              "held");
+              "held", "preempt");
   // Seconds of the last baseline pass per queue size, to predict the next:
   // the old pass costs about nodes x (starts + classes), and starts grow
   // with nodes, so it grows with the square of the fleet.
@@ -541,7 +541,8 @@ int main(int argc, char** argv) {
       // And with every policy on: the jobs in 8 queues of 50 users, four
       // queues with GPU quotas (two cohorts, borrowing and lending limits),
       // two with per-user GPU limits, effective priorities from fair share
-      // (as the controller sets them), running jobs charged to queues.
+      // (as the controller sets them), running jobs charged to queues and
+      // preemptible, preemption on.
       Timing policing;
       sched::Decisions pd;
       {
@@ -574,12 +575,22 @@ int main(int argc, char** argv) {
           job.user = absl::StrCat("u", u);
           job.effective_priority = job.priority + 100 * factor[q * 50 + u];
         }
+        // The running jobs may be preempted by the queue's higher
+        // priorities (up to 4 preemptors a pass, as the scheduler runs).
+        std::vector<sched::RunningGang> running = in.running;
+        for (auto& g : running) {
+          g.queue = absl::StrCat("q", qrng() % 8);
+          g.user = absl::StrCat("u", qrng() % 50);
+          g.preemptible = true;
+          g.ran = absl::Minutes(qrng() % 600);
+        }
         for (int r = 0; r < 9; ++r) {
           sched::ClusterSnapshot snap;
           snap.nodes = in.nodes;
-          snap.running = in.running;
+          snap.running = running;
           snap.now = kBenchNow;
           snap.max_reservations = 8;
+          snap.preemption = true;
           snap.policies = policies;
           snap.queues = usage;
           std::vector<sched::JobRequest> copy = queue;
@@ -611,12 +622,12 @@ int main(int argc, char** argv) {
       }
       std::printf(
           "%6d %8d | %8.2f %8.2f %6zu %6zu %9.0f | %11s %11s %6s %4s | %11.2f "
-          "%6zu %5zu | %11.2f %6zu %6zu\n",
+          "%6zu %5zu | %11.2f %6zu %6zu %7zu\n",
           nodes, pending, now.wall_ms(), now.cpu_ms(), d.starts.size(), shares,
           d.starts.size() / (now.cpu_ms() / 1000), base.c_str(),
           base_cpu.c_str(), ratio.c_str(), same.c_str(), reserving.cpu_ms(),
           rd.starts.size(), rd.reservations.size(), policing.cpu_ms(),
-          pd.starts.size(), pd.job_reasons.size());
+          pd.starts.size(), pd.job_reasons.size(), pd.preemptions.size());
       std::fflush(stdout);
     }
   }
