@@ -227,6 +227,11 @@ CommandLine::CommandLine()
                      "directory the ranks start in (default: the job file's "
                      "working_dir, else the current directory, as sbatch "
                      "does)");
+  submit->add_flag("--dry-run", inv.submit.dry_run,
+                   "show what the job would get now (nodes, GPUs and rank "
+                   "order, or why it would wait and when it would start, "
+                   "its place in the queue, jobs it would preempt); queue "
+                   "nothing");
   submit->add_option("--idempotency-key", inv.submit.idempotency_key,
                      "key that makes a repeated submit return the first job "
                      "(default: random per invocation)");

@@ -165,6 +165,7 @@ absl::Status Commands::Submit(const SubmitOptions& options) {
   request.set_idempotency_key(options.idempotency_key.empty()
                                   ? NewIdempotencyKey()
                                   : options.idempotency_key);
+  request.set_dry_run(options.dry_run);
   xl::v1::SubmitJobResponse response;
   grpc::Status status;
   for (int attempt = 0;; ++attempt) {
@@ -181,6 +182,10 @@ absl::Status Commands::Submit(const SubmitOptions& options) {
   if (!status.ok()) return connection_->CallError(status, "submit");
   if (format_ != OutputFormat::kTable) {
     *out_ << RenderMessage(response, format_);
+    return absl::OkStatus();
+  }
+  if (options.dry_run) {
+    *out_ << DryRunText(response.dry_run(), Context());
     return absl::OkStatus();
   }
   *out_ << response.job_id() << "\n";

@@ -32,6 +32,8 @@ struct SubmitOptions {
   JobOverrides overrides;
   // Empty: a random key is made for this invocation.
   std::string idempotency_key;
+  // Show the placement it would get now; queue nothing.
+  bool dry_run = false;
 };
 
 struct ListOptions {

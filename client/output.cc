@@ -724,6 +724,48 @@ std::string LimitText(const google::protobuf::Duration& d) {
 
 }  // namespace
 
+std::string DryRunText(const xl::v1::DryRun& d, const RenderContext& context) {
+  std::string out = absl::StrCat(
+      "Dry run: nothing was submitted. The job (queue ",
+      Printable(d.spec().queue()), ", priority ", d.spec().priority(),
+      ", effective ", absl::StrFormat("%.2f", d.effective_priority()),
+      ") would be number ", d.position(), " of ", d.pending(),
+      " in the queue and ");
+  if (d.starts_now()) {
+    absl::StrAppend(&out, "start now on:\n");
+    TextTable table({"  GROUP RANK", "NODE", "GPUS", "RANKS"});
+    for (const xl::v1::Allocation& a : d.allocations()) {
+      std::string ranks =
+          a.ranks_size() == 0
+              ? std::string("-")
+              : a.ranks_size() == 1
+                    ? absl::StrCat(a.ranks(0))
+                    : absl::StrCat(a.ranks(0), "-",
+                                   a.ranks(a.ranks_size() - 1));
+      table.AddRow({absl::StrCat("  ", a.group_rank()), a.node(),
+                    a.gpu_indices_size() == 0
+                        ? std::string("-")
+                        : absl::StrJoin(a.gpu_indices(), ","),
+                    ranks});
+    }
+    absl::StrAppend(&out, table.Render());
+    return out;
+  }
+  absl::StrAppend(&out, "wait.\n");
+  KeyValueBlock block;
+  block.Add("Why", d.reason());
+  block.Add("Estimated start",
+            d.has_estimated_start_time()
+                ? TimeWithAge(d.estimated_start_time(), context)
+                : "no estimate: it would hold no reservation (only the "
+                  "first blocked jobs get one; give jobs time limits)");
+  if (d.would_preempt_size() > 0) {
+    block.Add("Would preempt", absl::StrJoin(d.would_preempt(), ", "));
+  }
+  absl::StrAppend(&out, block.Render());
+  return out;
+}
+
 std::string QueueListTable(const xl::v1::ListQueuesResponse& queues) {
   TextTable table({"QUEUE", "WEIGHT", "COHORT", "GPUS (IN USE/NOMINAL)",
                    "BORROWED", "PENDING", "RUNNING", "TIME LIMIT",

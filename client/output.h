@@ -112,6 +112,11 @@ std::string NodeDetails(const xl::v1::Node& node, const RenderContext& context);
 // and nodes.
 std::string QueueTable(const xl::v1::GetQueueResponse& queue);
 
+// xlctl submit --dry-run: where the job would start now, in rank order, or
+// why it would wait, when and behind how many.
+std::string DryRunText(const xl::v1::DryRun& dry_run,
+                       const RenderContext& context);
+
 // xlctl queue list / show / history and xlctl share.
 std::string QueueListTable(const xl::v1::ListQueuesResponse& queues);
 std::string QueueDetails(const xl::v1::Queue& queue,

@@ -368,6 +368,39 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     if (JobRecord* rec = jobs_.Find(id)) EndJob(rec, v1::FAILED, why);
   }
   if (queue->empty()) return;
+  SnapshotCluster(snapshot);
+  for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
+  for (auto it = preempting_.begin(); it != preempting_.end();) {
+    it = it->second <= now ? preempting_.erase(it) : std::next(it);
+  }
+  // A full pass decides reservations again; a pass over new jobs keeps
+  // those of jobs still pending.
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    int64_t id = 0;
+    const JobRecord* rec =
+        absl::SimpleAtoi(it->first, &id) ? jobs_.Find(id) : nullptr;
+    if (rec == nullptr || rec->job.state() != v1::PENDING) {
+      // Its nodes are free for others, and the next job may now get a
+      // reservation: the next pass looks at the whole queue.
+      it = reservations_.erase(it);
+      capacity_freed_ = true;
+      pass_needed_ = true;
+      continue;
+    }
+    if (!full_pass_) {
+      // Ranked by what the job's effective priority is now, as the jobs it
+      // is compared with.
+      snapshot->holds.push_back(it->second.reservation);
+      snapshot->holds.back().priority = EffectiveOf(
+          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()), wall_now);
+    }
+    ++it;
+  }
+}
+
+void Controller::SnapshotCluster(scheduler::ClusterSnapshot* snapshot) const {
+  const absl::Time mono_now = clock_->MonotonicNow();
+  const absl::Time wall_now = clock_->Now();
   snapshot->nodes.reserve(nodes_.all().size());
   for (const auto& [name, node] : nodes_.all()) {
     const scheduler::NodeCapacity* cap = ledger_.Capacity(name);
@@ -376,7 +409,7 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     snapshot->nodes.back().unavailable = state::NodeTable::Unavailable(node);
   }
   for (int64_t id : jobs_.active()) {
-    JobRecord* rec = jobs_.Find(id);
+    const JobRecord* rec = jobs_.Find(id);
     if (rec == nullptr) continue;
     scheduler::RunningGang gang;
     gang.job_id = rec->job.id();
@@ -427,37 +460,10 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     }
     snapshot->running.push_back(std::move(gang));
   }
-  for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
   snapshot->now = wall_now;
   snapshot->policies = policies_;
   snapshot->preemption = opts_.preemption;
-  for (auto it = preempting_.begin(); it != preempting_.end();) {
-    it = it->second <= now ? preempting_.erase(it) : std::next(it);
-  }
   snapshot->max_reservations = opts_.reservations;
-  // A full pass decides reservations again; a pass over new jobs keeps
-  // those of jobs still pending.
-  for (auto it = reservations_.begin(); it != reservations_.end();) {
-    int64_t id = 0;
-    const JobRecord* rec =
-        absl::SimpleAtoi(it->first, &id) ? jobs_.Find(id) : nullptr;
-    if (rec == nullptr || rec->job.state() != v1::PENDING) {
-      // Its nodes are free for others, and the next job may now get a
-      // reservation: the next pass looks at the whole queue.
-      it = reservations_.erase(it);
-      capacity_freed_ = true;
-      pass_needed_ = true;
-      continue;
-    }
-    if (!full_pass_) {
-      // Ranked by what the job's effective priority is now, as the jobs it
-      // is compared with.
-      snapshot->holds.push_back(it->second.reservation);
-      snapshot->holds.back().priority = EffectiveOf(
-          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()), wall_now);
-    }
-    ++it;
-  }
 }
 
 void Controller::ApplyDecisions(scheduler::Decisions decisions,

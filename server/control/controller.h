@@ -216,6 +216,10 @@ class Controller {
   void BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
                      std::vector<scheduler::JobRequest>* queue)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cluster side of a snapshot: nodes, running gangs, usage, policies
+  // and options (no queue, no holds). Changes nothing.
+  void SnapshotCluster(scheduler::ClusterSnapshot* snapshot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckTimeLimits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ProcessDisconnects() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -305,6 +309,11 @@ class Controller {
   v1::Node NodeToProto(const NodeRecord& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // A dry run of a submit: the pass as it would be with the job in the
+  // queue; stores nothing.
+  void DryRunJob(const std::string& user, v1::JobSpec spec,
+                 std::function<void(absl::StatusOr<v1::SubmitJobResponse>)>
+                     done) ABSL_LOCKS_EXCLUDED(mu_);
   // Sizes a job from its model (or an xl-train job from its MLP): fills the
   // resources left at 0 and records the plan; INVALID_ARGUMENT with the
   // numbers when it fits on no GPU of the fleet.

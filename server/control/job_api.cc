@@ -148,6 +148,10 @@ void Controller::Submit(
     done(valid);
     return;
   }
+  if (request.dry_run()) {
+    DryRunJob(user, std::move(spec), std::move(done));
+    return;
+  }
   const std::string key = request.idempotency_key();
   if (key.size() > 256) {
     done(absl::InvalidArgumentError(
@@ -286,6 +290,115 @@ void Controller::Submit(
         resp.set_created(true);
         done(resp);
       });
+}
+
+void Controller::DryRunJob(
+    const std::string& user, v1::JobSpec spec,
+    std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
+  scheduler::ClusterSnapshot snapshot;
+  std::vector<scheduler::JobRequest> queue;
+  const std::string kId = "dry-run";
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status refused = CheckDependencies(spec);
+    if (refused.ok()) refused = ApplyQueueToSpec(user, &spec);
+    // Dry runs cost a pass: they count against the submit rate.
+    if (refused.ok()) {
+      refused = quota_.Admit(user, /*pending=*/0, clock_->MonotonicNow());
+    }
+    if (!refused.ok()) {
+      mu_.Unlock();
+      done(refused);
+      mu_.Lock();
+      return;
+    }
+    const absl::Time now = clock_->MonotonicNow();
+    const absl::Time wall_now = clock_->Now();
+    const ShareInputs& shares = Shares();
+    const scheduler::FairShare fs(shares.weights, shares.queue_usage,
+                                  shares.user_usage, shares.active_users);
+    // The queue a full pass would see (fenced and waiting jobs are not in
+    // it), and the job.
+    for (const auto& [key, rec] : jobs_.pending()) {
+      if (rec->eligible_mono > now) continue;
+      if (rec->job.spec().after_ok_size() > 0 &&
+          !DependencyWait(*rec, nullptr).empty()) {
+        continue;
+      }
+      queue.push_back(rec->as_request);
+      queue.back().effective_priority = EffectiveOf(
+          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()),
+          wall_now);
+    }
+    scheduler::JobRequest job;
+    job.job_id = kId;
+    job.priority = spec.priority();
+    job.submit_seq = jobs_.next_id();
+    job.resources = std::make_shared<const v1::ResourceRequest>(
+        spec.resources());
+    job.queue = spec.queue();
+    job.user = user;
+    if (FromProto(spec.time_limit()) > absl::ZeroDuration()) {
+      job.time_limit = FromProto(spec.time_limit());
+    }
+    job.effective_priority = scheduler::EffectivePriority(
+        spec.priority(), fs.Factor(spec.queue(), user), absl::ZeroDuration(),
+        opts_.priority_weights);
+    queue.push_back(job);
+    SnapshotCluster(&snapshot);
+    for (const auto& req : queue) ++snapshot.queues[req.queue].pending_jobs;
+  }
+  v1::SubmitJobResponse resp;
+  v1::DryRun* out = resp.mutable_dry_run();
+  const double mine = queue.back().effective_priority.value_or(0);
+  const int64_t seq = queue.back().submit_seq;
+  int64_t ahead = 0;
+  for (const auto& req : queue) {
+    const double r = scheduler::RankOf(req);
+    if (req.job_id != kId && (r > mine || (r == mine && req.submit_seq < seq))) {
+      ++ahead;
+    }
+  }
+  out->set_position(ahead + 1);
+  out->set_pending(static_cast<int64_t>(queue.size()));
+  out->set_effective_priority(mine);
+  scheduler::Decisions d =
+      scheduler::Schedule(std::move(snapshot), std::move(queue));
+  const int rpn = spec.resources().ranks_per_node();
+  for (const auto& [id, placement] : d.starts) {
+    if (id != kId) continue;
+    out->set_starts_now(true);
+    for (size_t g = 0; g < placement.shares.size(); ++g) {
+      const scheduler::NodeShare& share = placement.shares[g];
+      v1::Allocation* a = out->add_allocations();
+      a->set_node(share.node);
+      for (int32_t gpu : share.gpu_indices) a->add_gpu_indices(gpu);
+      a->set_group_rank(static_cast<int32_t>(g));
+      a->set_cpus(share.cpus);
+      a->set_memory_bytes(share.memory_bytes);
+      a->set_nvme_bytes(share.nvme_bytes);
+      a->set_nic_gbps(share.nic_gbps);
+      for (int l = 0; l < rpn; ++l) {
+        a->add_ranks(static_cast<int32_t>(g) * rpn + l);
+      }
+    }
+  }
+  for (const auto& [id, reason] : d.waiting) {
+    if (id == kId && reason != nullptr) out->set_reason(*reason);
+  }
+  for (const auto& r : d.reservations) {
+    if (r.job_id == kId) {
+      *out->mutable_estimated_start_time() = ToProtoTime(r.start);
+    }
+  }
+  for (const auto& p : d.preemptions) {
+    if (p.for_job == kId) out->add_would_preempt(p.victim);
+  }
+  if (out->starts_now()) {
+    *out->mutable_estimated_start_time() = ToProtoTime(clock_->Now());
+  }
+  *out->mutable_spec() = std::move(spec);
+  done(std::move(resp));
 }
 
 int64_t Controller::SubmittingOf(const std::string& user) const {

@@ -285,6 +285,40 @@ TEST(OutputTest, ExplainSaysWhyWhenAndWhatIsAhead) {
   EXPECT_THAT(ExplainText(e, Utc()), HasSubstr("(in 30m)"));
 }
 
+TEST(OutputTest, DryRunSaysWhereInRankOrderOrWhyItWouldWait) {
+  v1::DryRun d;
+  d.mutable_spec()->set_queue("research");
+  d.set_position(3);
+  d.set_pending(9);
+  d.set_effective_priority(42.5);
+  d.set_starts_now(true);
+  for (int g = 0; g < 2; ++g) {
+    v1::Allocation* a = d.add_allocations();
+    a->set_node(g == 0 ? "n7" : "n2");
+    a->set_group_rank(g);
+    a->add_gpu_indices(0);
+    a->add_gpu_indices(1);
+    a->add_ranks(2 * g);
+    a->add_ranks(2 * g + 1);
+  }
+  std::string text = DryRunText(d, Utc());
+  for (const char* want : {"nothing was submitted", "number 3 of 9",
+                           "effective 42.50", "start now", "n7", "0,1",
+                           "2-3"}) {
+    EXPECT_THAT(text, HasSubstr(want)) << text;
+  }
+  EXPECT_LT(text.find("n7"), text.find("n2")) << "rank order";
+  d.set_starts_now(false);
+  d.clear_allocations();
+  d.set_reason("needs 2 nodes x (8 GPUs); 1 fits now");
+  d.add_would_preempt("12");
+  text = DryRunText(d, Utc());
+  for (const char* want : {"wait", "needs 2 nodes", "no estimate",
+                           "Would preempt:", "12"}) {
+    EXPECT_THAT(text, HasSubstr(want)) << text;
+  }
+}
+
 TEST(OutputTest, ShellJoinQuotesWhatNeedsIt) {
   v1::JobSpec spec;
   for (const char* arg : {"python3", "-c", "print('hi there')", ""}) {

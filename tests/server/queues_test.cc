@@ -395,5 +395,65 @@ TEST_F(QueuesTest, MinimumRuntimeAndNonPreemptibleJobsAreRespected) {
   EXPECT_EQ(controller_->GetJob(fixed)->state(), v1::SCHEDULED);
 }
 
+TEST_F(QueuesTest, ADryRunShowsThePlacementOrTheWaitAndStoresNothing) {
+  auto a = AddNode("a", 8);
+  auto b = AddNode("b", 8);
+  auto dry = [&](int nodes, int gpus, int priority) {
+    v1::SubmitJobRequest req;
+    req.set_dry_run(true);
+    auto* spec = req.mutable_spec();
+    spec->add_command("/bin/true");
+    spec->set_priority(priority);
+    spec->mutable_resources()->set_nodes(nodes);
+    spec->mutable_resources()->set_gpus_per_node(gpus);
+    return SubmitRequest(req);
+  };
+  auto now = dry(2, 4, 0);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_TRUE(now->job_id().empty());
+  const v1::DryRun& d = now->dry_run();
+  EXPECT_TRUE(d.starts_now());
+  ASSERT_EQ(d.allocations_size(), 2);
+  EXPECT_EQ(d.allocations(1).group_rank(), 1);
+  EXPECT_EQ(d.allocations(1).ranks_size(), 4);
+  EXPECT_EQ(d.allocations(1).ranks(0), 4);
+  EXPECT_EQ(d.allocations(0).gpu_indices_size(), 4);
+  EXPECT_EQ(d.position(), 1);
+  EXPECT_EQ(d.spec().queue(), "default");
+  // Nothing was stored or queued.
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(a->Count(v1::SchedulerMessage::kStartRanks), 0);
+
+  // The fleet full with a job of an hour's limit: a 2-node dry run waits,
+  // with the reservation's start; a higher priority would preempt it.
+  std::string full = SubmitTo("default", 8, 0, 3600, /*nodes=*/2)->job_id();
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetJob(full)->state(), v1::SCHEDULED);
+  auto waits = dry(2, 8, 0);
+  ASSERT_TRUE(waits.ok());
+  EXPECT_FALSE(waits->dry_run().starts_now());
+  EXPECT_NE(waits->dry_run().reason().find("reserved"), std::string::npos)
+      << waits->dry_run().reason();
+  EXPECT_TRUE(waits->dry_run().has_estimated_start_time());
+  auto preempts = dry(1, 8, 5);
+  ASSERT_TRUE(preempts.ok());
+  ASSERT_EQ(preempts->dry_run().would_preempt_size(), 1);
+  EXPECT_EQ(preempts->dry_run().would_preempt(0), full);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(full)->preemptions(), 0);
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 1);
+  // A dry run is checked as a submit is.
+  v1::SubmitJobRequest bad;
+  bad.set_dry_run(true);
+  bad.mutable_spec()->add_command("/bin/true");
+  bad.mutable_spec()->set_queue("nope");
+  EXPECT_EQ(SubmitRequest(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace xl::control
