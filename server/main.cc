@@ -191,6 +191,11 @@ int main(int argc, char** argv) {
                  "blocked jobs may preempt running jobs of a lower priority "
                  "(whole gangs, requeued without spending a retry)")
       ->capture_default_str();
+  app.add_option("--preempt-across-queues", opts.controller.preempt_across_queues,
+                 "priority preemption may stop jobs of other queues too "
+                 "(by default only of the preemptor's queue; reclaiming lent "
+                 "quota crosses queues of a cohort either way)")
+      ->capture_default_str();
   app.add_option("--queues", opts.queues_file,
                  "a YAML file of queues ({queues: [{name, weight, cohort, "
                  "quotas, ...}]}, see README \"Queues\") created or updated "

@@ -368,10 +368,32 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     if (JobRecord* rec = jobs_.Find(id)) EndJob(rec, v1::FAILED, why);
   }
   if (queue->empty()) return;
-  SnapshotCluster(snapshot);
+  SnapshotCluster(fs, snapshot);
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
   for (auto it = preempting_.begin(); it != preempting_.end();) {
-    it = it->second <= now ? preempting_.erase(it) : std::next(it);
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    preempt_holds_.erase(it->first);
+    it = preempting_.erase(it);
+  }
+  // A full pass decides reservations again, but a preemptor's claim on
+  // what its victims free stands, or whoever ranks first when those nodes
+  // free (a victim requeued above it, say) takes them.
+  if (full_pass_) {
+    for (auto it = preempt_holds_.begin(); it != preempt_holds_.end();) {
+      const JobRecord* rec = jobs_.Find(it->first);
+      if (rec == nullptr || rec->job.state() != v1::PENDING) {
+        preempting_.erase(it->first);
+        it = preempt_holds_.erase(it);
+        continue;
+      }
+      snapshot->holds.push_back(it->second.reservation);
+      snapshot->holds.back().priority = EffectiveOf(
+          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()), wall_now);
+      ++it;
+    }
   }
   // A full pass decides reservations again; a pass over new jobs keeps
   // those of jobs still pending.
@@ -398,7 +420,8 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   }
 }
 
-void Controller::SnapshotCluster(scheduler::ClusterSnapshot* snapshot) const {
+void Controller::SnapshotCluster(const scheduler::FairShare& fs,
+                                 scheduler::ClusterSnapshot* snapshot) const {
   const absl::Time mono_now = clock_->MonotonicNow();
   const absl::Time wall_now = clock_->Now();
   snapshot->nodes.reserve(nodes_.all().size());
@@ -442,6 +465,9 @@ void Controller::SnapshotCluster(scheduler::ClusterSnapshot* snapshot) const {
     }
     const absl::Duration grace = FromProto(rec->job.spec().grace_period());
     gang.grace = grace > absl::ZeroDuration() ? grace : absl::Seconds(10);
+    gang.rank = scheduler::EffectivePriority(
+        gang.priority, fs.Factor(gang.queue, gang.user), absl::ZeroDuration(),
+        opts_.priority_weights);
     if (opts_.preemption && !rec->stopping &&
         (!rec->job.spec().has_preemptible() ||
          rec->job.spec().preemptible().value())) {
@@ -463,6 +489,7 @@ void Controller::SnapshotCluster(scheduler::ClusterSnapshot* snapshot) const {
   snapshot->now = wall_now;
   snapshot->policies = policies_;
   snapshot->preemption = opts_.preemption;
+  snapshot->preempt_across_queues = opts_.preempt_across_queues;
   snapshot->max_reservations = opts_.reservations;
 }
 
@@ -507,18 +534,33 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
   }
   for (const scheduler::Preemption& p : decisions.preemptions) {
     JobRecord* victim = jobs_.Find(p.victim);
-    // It may have ended or been stopped while the pass ran.
+    const JobRecord* preemptor = jobs_.Find(p.for_job);
+    // Either may have ended, been cancelled or stopped while the pass ran.
     if (victim == nullptr || victim->stopping ||
-        !state::JobTable::IsActive(victim->job.state())) {
+        !state::JobTable::IsActive(victim->job.state()) ||
+        preemptor == nullptr || preemptor->job.state() != v1::PENDING) {
       continue;
     }
     absl::Duration grace = FromProto(victim->job.spec().grace_period());
     if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
     FailAttempt(victim, p.reason, /*spend_retry=*/false,
                 absl::ZeroDuration(), /*preempted=*/true);
-    absl::Time& until = preempting_[state::JobTable::ParseId(p.for_job)];
-    until = std::max(until, clock_->MonotonicNow() + grace +
-                                opts_.heartbeat_timeout);
+    // Its next attempt waits until this one has surely stopped (its grace
+    // and a heartbeat): two attempts never write one checkpoint at once.
+    const absl::Time mono = clock_->MonotonicNow();
+    victim->eligible_mono = std::max(
+        victim->eligible_mono, mono + grace + opts_.heartbeat_interval);
+    const int64_t for_id = state::JobTable::ParseId(p.for_job);
+    absl::Time& until = preempting_[for_id];
+    until = std::max(until, mono + grace + opts_.heartbeat_timeout);
+    for (const auto& r : decisions.reservations) {
+      if (r.job_id != p.for_job) continue;
+      Reserved& held = preempt_holds_[for_id];
+      held.reservation = r;
+      for (const auto& [job_id, reason] : decisions.waiting) {
+        if (job_id == p.for_job) held.reason = reason;
+      }
+    }
   }
   for (auto& [job_id, placement] : decisions.starts) {
     JobRecord* rec = jobs_.Find(job_id);

@@ -98,8 +98,10 @@ struct ControllerOptions {
   state::SubmitLimits submit_limits;
   // How many blocked jobs get reservations (backfill); 0: none.
   int reservations = 8;
-  // Blocked jobs may preempt running gangs of a lower priority.
+  // Blocked jobs may preempt running gangs of a lower priority: of their
+  // own queue, or of any queue with preempt_across_queues.
   bool preemption = true;
+  bool preempt_across_queues = false;
   // A full pass runs at least this often while jobs are pending, even when
   // nothing changed: fair share and age move, minimum runtimes run out
   // (Slurm's sched_interval).
@@ -218,7 +220,8 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The cluster side of a snapshot: nodes, running gangs, usage, policies
   // and options (no queue, no holds). Changes nothing.
-  void SnapshotCluster(scheduler::ClusterSnapshot* snapshot) const
+  void SnapshotCluster(const scheduler::FairShare& fs,
+                       scheduler::ClusterSnapshot* snapshot) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckTimeLimits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -433,6 +436,9 @@ class Controller {
   // Jobs that preempted others -> until when (monotonic) they wait for the
   // victims to stop rather than preempt more.
   std::map<int64_t, absl::Time> preempting_ ABSL_GUARDED_BY(mu_);
+  // Their claims on the nodes the victims free, held in every pass (full
+  // ones too) until they start or the wait above ends.
+  std::map<int64_t, Reserved> preempt_holds_ ABSL_GUARDED_BY(mu_);
   // Job id -> the ids of jobs whose after_ok names it; pruned by retention
   // once none of them can look at it again, and when it fails.
   std::map<int64_t, std::vector<int64_t>> dependents_ ABSL_GUARDED_BY(mu_);

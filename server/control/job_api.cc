@@ -33,6 +33,18 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
       if (!waits.empty()) job.set_reason(waits);
     }
     auto reserved = reservations_.find(rec.job.id());
+    if (reserved == reservations_.end()) {
+      // A preemptor waiting for its victims says so until it starts.
+      auto held = preempt_holds_.find(rec.id);
+      if (held != preempt_holds_.end()) {
+        reserved = reservations_.end();
+        if (!fenced && held->second.reason != nullptr) {
+          job.set_reason(*held->second.reason);
+          *job.mutable_estimated_start_time() =
+              ToProtoTime(held->second.reservation.start);
+        }
+      }
+    }
     if (reserved != reservations_.end() && !fenced) {
       if (reserved->second.reason != nullptr) {
         job.set_reason(*reserved->second.reason);
@@ -345,7 +357,7 @@ void Controller::DryRunJob(
         spec.priority(), fs.Factor(spec.queue(), user), absl::ZeroDuration(),
         opts_.priority_weights);
     queue.push_back(job);
-    SnapshotCluster(&snapshot);
+    SnapshotCluster(fs, &snapshot);
     for (const auto& req : queue) ++snapshot.queues[req.queue].pending_jobs;
   }
   v1::SubmitJobResponse resp;

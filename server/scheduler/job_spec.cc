@@ -261,6 +261,13 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   if (spec->grace_period().seconds() < 0 || spec->grace_period().nanos() < 0) {
     return Bad("grace_period", "must not be negative; use for example 30s");
   }
+  // Nodes of a stopped job stay busy this long: a job preempting it, a
+  // requeue and a cancel all wait for it.
+  if (spec->grace_period().seconds() > 3600) {
+    return Bad("grace_period",
+               "at most 1h (3600s): a checkpoint that takes longer should be "
+               "written periodically (xl-train: checkpoint_every)");
+  }
   if (!spec->has_grace_period()) spec->mutable_grace_period()->set_seconds(10);
   // chdir() would stop at a NUL and run the job in another directory.
   if (spec->working_dir().find('\0') != std::string::npos) {

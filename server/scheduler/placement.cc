@@ -441,7 +441,7 @@ class Reserver {
     int placements = 0;
     std::vector<NodeCapacity> cands;
     auto place = [&](Placement* out) {
-      if (fitting < req.nodes() || placements >= 2 * kMaxPlacements) {
+      if (fitting < req.nodes() || placements >= 8 * kMaxPlacements) {
         return false;
       }
       ++placements;
@@ -462,15 +462,33 @@ class Reserver {
       }
     }
     if (!placed) return false;
-    for (size_t k = victims->size() - 1; minimize && k-- > 0;) {
-      const RunningGang* g = (*victims)[k];
-      give_back(*g, true);
-      Placement without;
-      if (place(&without)) {
-        *placement = std::move(without);
-        victims->erase(victims->begin() + k);
-      } else {
-        give_back(*g, false);
+    if (minimize) {
+      // Gangs with nothing on the nodes it got are not needed at all.
+      std::set<std::string> on;
+      for (const NodeShare& share : placement->shares) on.insert(share.node);
+      for (size_t k = victims->size(); k-- > 0;) {
+        const RunningGang* g = (*victims)[k];
+        const bool there =
+            std::any_of(g->shares.begin(), g->shares.end(),
+                        [&](const NodeShare& s) { return on.count(s.node); });
+        if (!there) {
+          give_back(*g, true);
+          victims->erase(victims->begin() + k);
+        }
+      }
+      // Then each of the others is put back if the job still fits without
+      // it (the last added is needed).
+      placements = 0;
+      for (size_t k = victims->size() - 1; k-- > 0;) {
+        const RunningGang* g = (*victims)[k];
+        give_back(*g, true);
+        Placement without;
+        if (place(&without)) {
+          *placement = std::move(without);
+          victims->erase(victims->begin() + k);
+        } else {
+          give_back(*g, false);
+        }
       }
     }
     for (const NodeShare& share : placement->shares) {
@@ -537,6 +555,17 @@ class Reserver {
     }
     if (!placed) return false;
     out->job_id = job.job_id;
+    out->queue = job.queue;
+    out->user = job.user;
+    out->gpus_by_model.clear();
+    for (const NodeShare& share : placement.shares) {
+      const NodeInfo& info = *current_[index_[share.node]].info;
+      for (int32_t index : share.gpu_indices) {
+        for (const NodeInfo::Gpu& gpu : info.gpus) {
+          if (gpu.index == index) ++out->gpus_by_model[gpu.model];
+        }
+      }
+    }
     out->priority = RankOf(job);
     out->submit_seq = job.submit_seq;
     out->start = at;
@@ -608,8 +637,11 @@ void SortVictims(std::vector<const RunningGang*>* gangs) {
               if (a->priority != b->priority) {
                 return a->priority < b->priority;
               }
-              const double wa = a->gpus * absl::ToDoubleSeconds(a->ran);
-              const double wb = b->gpus * absl::ToDoubleSeconds(b->ran);
+              // GPU time lost (a CPU-only gang counts as one GPU).
+              const double wa = std::max<int64_t>(a->gpus, 1) *
+                                absl::ToDoubleSeconds(a->ran);
+              const double wb = std::max<int64_t>(b->gpus, 1) *
+                                absl::ToDoubleSeconds(b->ran);
               if (wa != wb) return wa < wb;
               return a->job_id < b->job_id;
             });
@@ -679,33 +711,66 @@ class PolicyGate {
                std::vector<const RunningGang*>* victims, bool* narrowed) {
     const QueuePolicy& own = snapshot_.policies.at(job->queue);
     if (own.cohort.empty()) return false;
+    const std::vector<std::string> usable = UsableModels(*job->resources);
+    // Only gangs that hold GPUs the job could use, of a queue that holds
+    // more of that model's quota than its nominal: what was lent.
     std::vector<const RunningGang*> candidates;
     for (const RunningGang& g : running) {
       auto p = snapshot_.policies.find(g.queue);
       if (!g.preemptible || g.shares.empty() || g.queue == job->queue ||
           preempted.count(g.job_id) > 0 || p == snapshot_.policies.end() ||
-          p->second.cohort != own.cohort || book_->Borrowed(g.queue) <= 0) {
+          p->second.cohort != own.cohort) {
         continue;
       }
-      candidates.push_back(&g);
+      bool borrowed = false;
+      for (const auto& [model, n] : ModelsOf(g.shares)) {
+        const std::string* key = p->second.KeyFor(model);
+        if (key == nullptr ||
+            std::find(usable.begin(), usable.end(), model) == usable.end()) {
+          continue;
+        }
+        auto quota = p->second.quotas.find(*key);
+        borrowed |= quota != p->second.quotas.end() &&
+                    book_->Used(g.queue, *key) > quota->second.nominal;
+      }
+      if (borrowed) candidates.push_back(&g);
     }
     SortVictims(&candidates);
     trial_ = std::make_unique<QuotaBook>(*book_);
     victims->clear();
     std::string reason;
     bool reclaimable = false;
-    for (const RunningGang* g : candidates) {
+    auto charge = [&](const RunningGang* g, int sign) {
       std::map<std::string, int64_t> held = ModelsOf(g->shares);
-      for (auto& [model, n] : held) n = -n;
+      for (auto& [model, n] : held) n *= sign;
       trial_->Charge(g->queue, g->user, held);
+    };
+    auto admits = [&](JobRequest* attempt, bool* narrow) {
+      *attempt = *job;
+      *narrow = false;
+      return AdmitWith(*trial_, attempt, narrow, &reason, &reclaimable);
+    };
+    JobRequest attempt;
+    bool narrow = false;
+    for (const RunningGang* g : candidates) {
+      charge(g, -1);
       victims->push_back(g);
-      JobRequest attempt = *job;
-      bool narrow = false;
-      if (AdmitWith(*trial_, &attempt, &narrow, &reason, &reclaimable)) {
-        *job = std::move(attempt);
-        *narrowed = narrow;
-        return true;
+      if (!admits(&attempt, &narrow)) continue;
+      // Those not needed after all go back (the last added is needed).
+      for (size_t k = victims->size() - 1; k-- > 0;) {
+        charge((*victims)[k], +1);
+        JobRequest without;
+        bool n = false;
+        if (admits(&without, &n)) {
+          victims->erase(victims->begin() + k);
+        } else {
+          charge((*victims)[k], -1);
+        }
       }
+      admits(&attempt, &narrow);
+      *job = std::move(attempt);
+      *narrowed = narrow;
+      return true;
     }
     return false;
   }
@@ -716,30 +781,27 @@ class PolicyGate {
 
   // A job that got a reservation (or preempted for one) keeps its quota:
   // jobs of its queue ranked after it cannot use it up meanwhile. Counted
-  // on the first model it may use.
-  void ChargeReserved(const JobRequest& job) {
+  // on the models of the GPUs it would get (or, without those, the first
+  // it may use).
+  void ChargeReserved(const JobRequest& job,
+                      const std::map<std::string, int64_t>& by_model) {
+    if (!by_model.empty()) {
+      book_->Charge(job.queue, job.user, by_model);
+      return;
+    }
     const v1::ResourceRequest& req = *job.resources;
-    const std::string* model =
-        req.gpu_models_size() > 0
-            ? &req.gpu_models(0)
-            : (models_.empty() ? nullptr : &models_.front());
-    if (model == nullptr) return;
+    const std::vector<std::string> usable = UsableModels(req);
+    if (usable.empty()) return;
     book_->Charge(job.queue, job.user,
-                  {{*model, int64_t{req.nodes()} * req.gpus_per_node()}});
+                  {{usable.front(), int64_t{req.nodes()} * req.gpus_per_node()}});
+  }
+  // A hold of a job not in this pass (a pass over new jobs): its quota is
+  // kept as when it was reserved.
+  void ChargeHold(const Reservation& r) {
+    if (book_ == nullptr || snapshot_.policies.count(r.queue) == 0) return;
+    book_->Charge(r.queue, r.user, r.gpus_by_model);
   }
 
-  // "queue research's quota has room only for NVIDIA A100-SXM4-80GB now: "
-  std::string NarrowedWhy(const JobRequest& job) const {
-    return absl::StrCat("queue ", job.queue, "'s quota has room only for ",
-                        absl::StrJoin(job.resources->gpu_models(), ", "),
-                        " now: ");
-  }
-
-  void Charge(const JobRequest& job, const Placement& placement) {
-    book_->Charge(job.queue, job.user, ModelsOf(placement.shares));
-  }
-
- private:
   // GPU model -> GPUs of the shares.
   std::map<std::string, int64_t> ModelsOf(
       const std::vector<NodeShare>& shares) {
@@ -764,10 +826,20 @@ class PolicyGate {
     return by_model;
   }
 
-  bool AdmitWith(const QuotaBook& book, JobRequest* job, bool* narrowed,
-                 std::string* reason, bool* reclaimable) {
-    const v1::ResourceRequest& req = *job->resources;
-    const int64_t gpus = int64_t{req.nodes()} * req.gpus_per_node();
+  // "queue research's quota has room only for NVIDIA A100-SXM4-80GB now: "
+  std::string NarrowedWhy(const JobRequest& job) const {
+    return absl::StrCat("queue ", job.queue, "'s quota has room only for ",
+                        absl::StrJoin(job.resources->gpu_models(), ", "),
+                        " now: ");
+  }
+
+  void Charge(const JobRequest& job, const Placement& placement) {
+    book_->Charge(job.queue, job.user, ModelsOf(placement.shares));
+  }
+
+ private:
+  // The fleet's GPU models the request may use.
+  std::vector<std::string> UsableModels(const v1::ResourceRequest& req) const {
     std::vector<std::string> usable;
     for (const std::string& m : models_) {
       if (req.gpu_models_size() == 0 ||
@@ -776,6 +848,14 @@ class PolicyGate {
         usable.push_back(m);
       }
     }
+    return usable;
+  }
+
+  bool AdmitWith(const QuotaBook& book, JobRequest* job, bool* narrowed,
+                 std::string* reason, bool* reclaimable) {
+    const v1::ResourceRequest& req = *job->resources;
+    const int64_t gpus = int64_t{req.nodes()} * req.gpus_per_node();
+    const std::vector<std::string> usable = UsableModels(req);
     // No GPU of the fleet is what it asks for: its class says so.
     if (usable.empty()) return true;
     std::vector<std::string> allowed;
@@ -891,7 +971,19 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
                                 : a->submit_seq < b->submit_seq;
                    });
   size_t next_hold = 0;
+  PolicyGate policy(snapshot, fleet);
+  // Jobs of this pass, when holds of others may need their quota kept.
+  std::unordered_set<std::string> in_pass;
+  std::unordered_map<std::string, const Reservation*> hold_of;
+  if (!snapshot.holds.empty() && !snapshot.policies.empty()) {
+    for (const JobRequest& j : queue) in_pass.insert(j.job_id);
+    for (const Reservation& r : snapshot.holds) hold_of[r.job_id] = &r;
+  }
   auto apply_hold = [&](const Reservation& r) {
+    // The held job is not in a pass over new jobs: its quota is kept.
+    if (!in_pass.empty() && in_pass.count(r.job_id) == 0) {
+      policy.ChargeHold(r);
+    }
     if (reservations_left <= 0) {
       out.dropped_holds.push_back(r.job_id);
       return;
@@ -899,9 +991,27 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     --reservations_left;
     if (!reserving()->Hold(r)) out.dropped_holds.push_back(r.job_id);
   };
-  PolicyGate policy(snapshot, fleet);
   int preemptors_left = snapshot.preemption ? snapshot.max_preemptors : 0;
+  // Tries, successful or not, are bounded apart: jobs preemption cannot
+  // help do not use up the preemptors.
+  int preempt_tries_left = 4 * preemptors_left;
   std::unordered_set<std::string> preempted;
+  // Gangs that may be preempted, lowest priority first: a job's candidates
+  // are a prefix (found by binary search), so jobs with nothing below them
+  // cost nothing.
+  std::vector<const RunningGang*> preemptible;
+  if (snapshot.preemption) {
+    for (const RunningGang& g : snapshot.running) {
+      if (g.preemptible && !g.shares.empty()) preemptible.push_back(&g);
+    }
+    std::stable_sort(preemptible.begin(), preemptible.end(),
+                     [](const RunningGang* a, const RunningGang* b) {
+                       return a->priority < b->priority;
+                     });
+  }
+  // A request that found no victims at a priority finds none at a lower
+  // one later in the pass (capacity only shrinks, victims only go).
+  std::unordered_map<const v1::ResourceRequest*, int32_t> unpreemptable;
   // The job waits for its victims to stop, holding the nodes they free;
   // `why` heads each victim's reason ("priority 5 > " is followed by the
   // victim's priority).
@@ -937,6 +1047,10 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     for (const NodeShare& share : placement.shares) {
       r.nodes.push_back(share.node);
     }
+    r.queue = job.queue;
+    r.user = job.user;
+    r.gpus_by_model = policy.ModelsOf(placement.shares);
+    if (policy.governs(job)) policy.ChargeReserved(job, r.gpus_by_model);
     out.waiting.emplace_back(
         job.job_id,
         std::make_shared<const std::string>(absl::StrCat(
@@ -945,7 +1059,6 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
             "; it starts once their ranks have stopped (grace up to ",
             HumanDuration(grace), ")")));
     out.reservations.push_back(std::move(r));
-    if (policy.governs(job)) policy.ChargeReserved(job);
   };
   ClassTable classes;
   out.waiting.reserve(queue.size());
@@ -974,6 +1087,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         JobRequest reclaiming = job;
         bool narrow = false;
         if (reclaimable && preemptors_left > 0 && job.may_preempt &&
+            preempt_tries_left-- > 0 &&
             policy.Reclaim(&reclaiming, snapshot.running, preempted,
                            &borrowers, &narrow) &&
             reserving()->PreemptFor(reclaiming, borrowers, &used, &placement,
@@ -1031,25 +1145,38 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         continue;
       }
     }
-    // Preemption: gangs of a lower priority make room, whole.
-    if (preemptors_left > 0 && job.may_preempt && job.resources != nullptr) {
+    // Preemption: gangs of a lower priority (of its own queue, unless
+    // preemption crosses queues) that it also outranks once requeued make
+    // room, whole.
+    if (preemptors_left > 0 && preempt_tries_left > 0 && job.may_preempt &&
+        job.resources != nullptr) {
+      auto failed = unpreemptable.find(job.resources.get());
+      const auto below = std::lower_bound(
+          preemptible.begin(), preemptible.end(), job.priority,
+          [](const RunningGang* g, int32_t p) { return g->priority < p; });
       std::vector<const RunningGang*> candidates;
-      for (const RunningGang& g : snapshot.running) {
-        if (g.preemptible && g.priority < job.priority && !g.shares.empty() &&
-            preempted.count(g.job_id) == 0) {
-          candidates.push_back(&g);
+      if (failed == unpreemptable.end() || job.priority > failed->second) {
+        for (auto it = preemptible.begin(); it != below; ++it) {
+          const RunningGang* g = *it;
+          if ((snapshot.preempt_across_queues || g->queue == job.queue) &&
+              g->rank < RankOf(job) && preempted.count(g->job_id) == 0) {
+            candidates.push_back(g);
+          }
         }
       }
       if (!candidates.empty()) {
-        --preemptors_left;
+        --preempt_tries_left;
         SortVictims(&candidates);
         std::vector<const RunningGang*> victims;
         Placement placement;
         if (reserving()->PreemptFor(job, candidates, &victims, &placement)) {
+          --preemptors_left;
           record_preemption(job, victims, placement,
                             absl::StrCat("priority ", job.priority, " > "));
           continue;
         }
+        int32_t& at = unpreemptable[job.resources.get()];
+        at = std::max(at, job.priority);
       }
     }
     if (reservations_left > 0) {
@@ -1059,11 +1186,19 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         out.waiting.emplace_back(
             job.job_id, std::make_shared<const std::string>(absl::StrCat(
                             *c.reason, "; ", ReservationText(r, snapshot.now))));
+        if (policy.governs(job)) policy.ChargeReserved(job, r.gpus_by_model);
         out.reservations.push_back(std::move(r));
-        if (policy.governs(job)) policy.ChargeReserved(job);
         // Its nodes are held: every class re-checks what it can have.
         continue;
       }
+    }
+    // Waiting for the gangs it preempted to stop, it keeps its quota (or
+    // borrowers would take it again meanwhile).
+    if (!job.may_preempt && policy.governs(job)) {
+      auto h = hold_of.find(job.job_id);
+      policy.ChargeReserved(job, h != hold_of.end()
+                                     ? h->second->gpus_by_model
+                                     : std::map<std::string, int64_t>());
     }
     if (narrowed) {
       // Its request is not the one the caller keeps reasons by.
@@ -1073,9 +1208,6 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       out.waiting.emplace_back(std::move(job.job_id), std::move(why));
       continue;
     }
-    // Waiting for the gangs it preempted to stop, it keeps its quota (or
-    // borrowers would take it again meanwhile).
-    if (!job.may_preempt && policy.governs(job)) policy.ChargeReserved(job);
     if (reported.insert(job.resources.get()).second) {
       out.class_reasons.emplace_back(job.resources, c.reason);
     }

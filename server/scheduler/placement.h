@@ -127,6 +127,10 @@ struct RunningGang {
   bool preemptible = false;
   absl::Duration ran = absl::ZeroDuration();
   absl::Duration grace = absl::Seconds(10);
+  // The effective priority it would have once requeued: a job preempts it
+  // only if it outranks that too, or the victim would rank first when its
+  // nodes free and take them back.
+  double rank = 0;
 };
 
 // A running gang stopped so that a job ranked above it can start: whole
@@ -150,6 +154,11 @@ struct Reservation {
   std::vector<std::string> nodes;
   // The running jobs whose ends free those nodes.
   std::vector<std::string> waits_for;
+  // Whose it is, and the GPUs by model it would take (its quota is kept
+  // for it in passes it is not part of).
+  std::string queue;
+  std::string user;
+  std::map<std::string, int64_t> gpus_by_model;
 };
 
 struct QueueUsage {
@@ -181,6 +190,10 @@ struct ClusterSnapshot {
   // lost) whose resources let it start; at most max_preemptors jobs a pass
   // preempt.
   bool preemption = false;
+  // Priority preemption stops only gangs of the preemptor's own queue
+  // (Kueue's LowerPriority within a ClusterQueue) unless this is set;
+  // reclaiming lent quota crosses queues within a cohort either way.
+  bool preempt_across_queues = false;
   int max_preemptors = 4;
   // Reservations an earlier pass made that still stand (a pass over new jobs
   // only): their nodes are held from the first job ranked after theirs on,

@@ -262,8 +262,8 @@ std::string QuotaBook::CheckKey(const QueuePolicy& q, const std::string& key,
         "queue ", q.name, " is within its nominal ", quota.nominal, " ", what,
         " (", used, " in use, the job needs ", gpus, "), but cohort ",
         q.cohort, "'s other queues borrowed that part; it waits for their "
-        "jobs to end (taking it back by preemption is not built yet; a "
-        "lending_limit keeps the rest for the queue alone)");
+        "jobs to end or be preempted to give it back (a lending_limit keeps "
+        "part of the quota for the queue alone)");
   }
   return absl::StrCat("queue ", q.name, " is at ", used, " of its nominal ",
                       quota.nominal, " ", what, " and the job needs ", gpus,

@@ -13,8 +13,8 @@
 //     queue beyond N borrows only what others do not use, and a queue
 //     within N whose unused part was lent waits for the borrowers' jobs to
 //     end (N - L is never lent: always its own).
-// Borrowed GPUs come back when the borrowers' jobs end (no reclaim by
-// preemption yet).
+// Borrowed GPUs come back when the borrowers' jobs end, or when the lender
+// reclaims them by preemption (placement.cc).
 #ifndef XL_SERVER_SCHEDULER_QUEUE_POLICY_H_
 #define XL_SERVER_SCHEDULER_QUEUE_POLICY_H_
 

@@ -212,11 +212,15 @@ TEST(PreemptionTest, ALenderReclaimsItsQuotaFromBorrowers) {
   ASSERT_EQ(d.reservations.size(), 1u);
   EXPECT_EQ(d.reservations[0].nodes, std::vector<std::string>{"n1"});
 
-  // Without a cohort there is nothing to reclaim.
-  for (auto& [name, p] : c.snap.policies) p.cohort.clear();
-  c.snap.policies["a"].quotas["*"].borrowing_limit = 0;
+  // Borrowers' gangs that may not be preempted are not taken: the job
+  // waits, saying its quota was lent.
+  for (auto& g : c.snap.running) g.preemptible = g.job_id == "g3";
   d = Schedule(c.snap, {job});
   EXPECT_TRUE(d.preemptions.empty());
+  ASSERT_EQ(d.waiting.size(), 1u);
+  EXPECT_NE(d.waiting[0].second->find("borrowed that part"),
+            std::string::npos)
+      << *d.waiting[0].second;
 }
 
 // Random fleets and running gangs, random blocked jobs: every preemption
@@ -300,6 +304,17 @@ TEST(PreemptionTest, RandomClustersKeepTheRules) {
       std::string why;
       EXPECT_TRUE(PlaceGang(held, *job->resources, &placement, &why))
           << "seed " << seed << " job " << r.job_id << ": " << why;
+      // No victim is there for nothing: each one holds something on the
+      // nodes the preemptor holds.
+      for (const std::string& victim : v->second) {
+        bool there = false;
+        for (const auto& share : by_id.at(victim)->shares) {
+          there |= std::find(r.nodes.begin(), r.nodes.end(), share.node) !=
+                   r.nodes.end();
+        }
+        EXPECT_TRUE(there) << "seed " << seed << ": victim " << victim
+                           << " holds nothing where " << r.job_id << " goes";
+      }
     }
   }
   EXPECT_GT(preemptions, 50);

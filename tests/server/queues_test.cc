@@ -363,6 +363,53 @@ TEST_F(QueuesTest, AHigherPriorityJobPreemptsAWholeGangWithoutSpendingARetry) {
   EXPECT_EQ(controller_->GetJob(low)->state(), v1::PENDING);
 }
 
+// While its victims stop, the preemptor preempts nothing more, through
+// full passes too; the victim waits out its grace before it may start
+// again; the preemptor gets the node once the victim's ranks are gone.
+TEST_F(QueuesTest, APreemptorWaitsForItsVictimsAndTakesNoMore) {
+  tweak_ = [](ControllerOptions* o) { o->periodic_pass = absl::Seconds(1); };
+  Open();
+  auto a = AddNode("a", 8);
+  auto b = AddNode("b", 8);
+  std::string one = SubmitTo("default", 8)->job_id();
+  std::string two = SubmitTo("default", 8)->job_id();
+  controller_->Tick();
+  Settle();
+  std::string high = SubmitTo("default", 8, /*priority=*/5)->job_id();
+  controller_->Tick();
+  Settle();
+  auto preempted = [&] {
+    return controller_->GetJob(one)->preemptions() +
+           controller_->GetJob(two)->preemptions();
+  };
+  ASSERT_EQ(preempted(), 1);
+  const std::string victim =
+      controller_->GetJob(one)->preemptions() == 1 ? one : two;
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Seconds(2));
+    Beat("a", a.get());
+    Beat("b", b.get());
+    controller_->Tick();
+    Settle();
+  }
+  EXPECT_EQ(preempted(), 1) << "preempted again while the victim stops";
+  EXPECT_EQ(controller_->GetJob(high)->state(), v1::PENDING);
+  // The victim's ranks exit; the node goes to the preemptor.
+  for (const std::string& n : {std::string("a"), std::string("b")}) {
+    FakeConnection* conn = n == "a" ? a.get() : b.get();
+    for (int r = 0; r < 8; ++r) {
+      Report(n, conn, victim, 1, r, v1::RANK_EXITED, 143);
+    }
+  }
+  Settle();
+  clock_.Advance(absl::Seconds(2));
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(high)->state(), v1::SCHEDULED);
+  EXPECT_EQ(controller_->GetJob(victim)->state(), v1::PENDING);
+  EXPECT_EQ(preempted(), 1);
+}
+
 TEST_F(QueuesTest, MinimumRuntimeAndNonPreemptibleJobsAreRespected) {
   v1::QueueSpec spec = Spec("long", 1);
   spec.mutable_min_runtime()->set_seconds(3600);
@@ -379,19 +426,30 @@ TEST_F(QueuesTest, MinimumRuntimeAndNonPreemptibleJobsAreRespected) {
   Settle();
   ASSERT_EQ(controller_->GetJob(young)->state(), v1::SCHEDULED);
   ASSERT_EQ(controller_->GetJob(fixed)->state(), v1::SCHEDULED);
-  std::string high = SubmitTo("default", 4, /*priority=*/5)->job_id();
+  // A job of another queue may not preempt them (preemption stays inside a
+  // queue unless --preempt-across-queues); one of their own queue may.
+  std::string other = SubmitTo("default", 4, /*priority=*/5)->job_id();
+  std::string high = SubmitTo("long", 4, /*priority=*/5)->job_id();
   controller_->Tick();
   Settle();
   EXPECT_EQ(controller_->GetJob(young)->preemptions(), 0);
   // An hour later the young one may go; the fixed one never.
-  for (int i = 0; i < 61; ++i) {
+  int minutes = 0;
+  while (minutes < 70 && controller_->GetJob(young)->preemptions() == 0) {
     clock_.Advance(absl::Minutes(1));
+    ++minutes;
     Beat("a", a.get());
     controller_->Tick();
+    Settle();
   }
-  Settle();
+  EXPECT_GE(minutes, 60);
   EXPECT_EQ(controller_->GetJob(young)->preemptions(), 1);
   EXPECT_EQ(controller_->GetJob(fixed)->preemptions(), 0);
+  EXPECT_NE(controller_->GetJob(high)->reason().find("preempting job " + young),
+            std::string::npos)
+      << controller_->GetJob(high)->reason() << " / state "
+      << controller_->GetJob(high)->state();
+  EXPECT_EQ(controller_->GetJob(other)->state(), v1::PENDING);
   EXPECT_EQ(controller_->GetJob(fixed)->state(), v1::SCHEDULED);
 }
 
