@@ -91,7 +91,8 @@ struct CommandLine::Flags {
   int64_t queue_user_gpus = 0, queue_user_pending = 0;
   int32_t queue_max_priority = 0;
   std::string queue_min_runtime;
-  bool queue_allow_np = false;
+  bool queue_allow_np = false, queue_reclaim = false;
+  CLI::Option* queue_reclaim_opt = nullptr;
   CLI::Option* queue_min_runtime_opt = nullptr;
   CLI::Option* queue_allow_np_opt = nullptr;
   CLI::Option* queue_weight_opt = nullptr;
@@ -328,6 +329,9 @@ CommandLine::CommandLine()
   f.queue_allow_np_opt = queue_set->add_option(
       "--allow-non-preemptible", f.queue_allow_np,
       "true: jobs may say preemptible: false");
+  f.queue_reclaim_opt = queue_set->add_option(
+      "--reclaim-lent-quota", f.queue_reclaim,
+      "true: take quota lent to the cohort back by preempting borrowers");
   CLI::App* queue_apply = queue->add_subcommand(
       "apply",
       "Create or update the queues of a YAML file ({queues: [{name, weight, "
@@ -596,6 +600,9 @@ void CommandLine::Resolve() {
     }
     if (f.queue_allow_np_opt->count() > 0) {
       q.allow_non_preemptible = f.queue_allow_np;
+    }
+    if (f.queue_reclaim_opt->count() > 0) {
+      q.reclaim_lent_quota = f.queue_reclaim;
     }
   }
   inv.user = ResolveUser(inv.user);

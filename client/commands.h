@@ -85,6 +85,7 @@ struct QueueOptions {
   bool no_max_priority = false;
   std::optional<std::string> min_runtime;
   std::optional<bool> allow_non_preemptible;
+  std::optional<bool> reclaim_lent_quota;
 };
 
 // Parses --quota "MODEL=GPUS[,borrow=N][,lend=N]".

@@ -857,7 +857,10 @@ std::string QueueDetails(const xl::v1::Queue& q,
                              ? std::string("0s")
                              : LimitText(s.min_runtime()),
                          " before they may be preempted; preemptible: false ",
-                         s.allow_non_preemptible() ? "allowed" : "refused"));
+                         s.allow_non_preemptible() ? "allowed" : "refused",
+                         s.reclaim_lent_quota()
+                             ? "; takes lent quota back by preemption"
+                             : "; waits for borrowers to end"));
   block.Add("Jobs", absl::StrCat(q.pending_jobs(), " pending, ",
                                  q.running_jobs(), " running"));
   return block.Render();

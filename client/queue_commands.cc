@@ -177,6 +177,9 @@ absl::Status Commands::QueueCommand(const QueueOptions& o) {
     if (o.allow_non_preemptible) {
       spec->set_allow_non_preemptible(*o.allow_non_preemptible);
     }
+    if (o.reclaim_lent_quota) {
+      spec->set_reclaim_lent_quota(*o.reclaim_lent_quota);
+    }
     if (o.max_priority) spec->mutable_max_priority()->set_value(*o.max_priority);
     if (o.no_max_priority) spec->clear_max_priority();
   } else {

@@ -710,7 +710,7 @@ class PolicyGate {
                const std::unordered_set<std::string>& preempted,
                std::vector<const RunningGang*>* victims, bool* narrowed) {
     const QueuePolicy& own = snapshot_.policies.at(job->queue);
-    if (own.cohort.empty()) return false;
+    if (own.cohort.empty() || !own.reclaim) return false;
     const std::vector<std::string> usable = UsableModels(*job->resources);
     // Only gangs that hold GPUs the job could use, of a queue that holds
     // more of that model's quota than its nominal: what was lent.

@@ -46,6 +46,7 @@ QueuePolicy QueuePolicy::FromSpec(const v1::QueueSpec& spec) {
         q.has_lending_limit_gpus() ? q.lending_limit_gpus().value() : -1;
   }
   p.max_running_gpus_per_user = spec.max_running_gpus_per_user();
+  p.reclaim = spec.reclaim_lent_quota();
   return p;
 }
 

@@ -47,6 +47,8 @@ struct QueuePolicy {
   // Quota key (a model, or "*") -> quota. Empty: no quota.
   std::map<std::string, Quota> quotas;
   int64_t max_running_gpus_per_user = 0;  // 0: no limit
+  // Takes lent quota back by preemption (QueueSpec.reclaim_lent_quota).
+  bool reclaim = false;
 
   static QueuePolicy FromSpec(const v1::QueueSpec& spec);
   // The key a GPU of `model` is charged to, or nullptr when the queue's

@@ -186,6 +186,7 @@ TEST(PreemptionTest, ALenderReclaimsItsQuotaFromBorrowers) {
     p.name = name;
     p.cohort = "lab";
     p.quotas["*"] = {nominal, -1, -1};
+    p.reclaim = true;
     return p;
   };
   c.snap.policies["a"] = policy("a", 8);
@@ -212,6 +213,10 @@ TEST(PreemptionTest, ALenderReclaimsItsQuotaFromBorrowers) {
   ASSERT_EQ(d.reservations.size(), 1u);
   EXPECT_EQ(d.reservations[0].nodes, std::vector<std::string>{"n1"});
 
+  // A queue that does not reclaim waits for the borrowers' jobs to end.
+  c.snap.policies["a"].reclaim = false;
+  EXPECT_TRUE(Schedule(c.snap, {job}).preemptions.empty());
+  c.snap.policies["a"].reclaim = true;
   // Borrowers' gangs that may not be preempted are not taken: the job
   // waits, saying its quota was lent.
   for (auto& g : c.snap.running) g.preemptible = g.job_id == "g3";
