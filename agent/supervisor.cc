@@ -431,7 +431,7 @@ void Supervisor::SetStatus(const v1::RankStatus& status) {
 }
 
 void Supervisor::FailToStart(const v1::StartRanks& request, int rank,
-                             const std::string& message) {
+                             const std::string& message, bool node_fault) {
   LogLine(absl::StrCat("job ", request.job_id(), " attempt ", request.attempt(),
                        " rank ", rank, " failed to start: ", message));
   v1::RankStatus status;
@@ -440,6 +440,7 @@ void Supervisor::FailToStart(const v1::StartRanks& request, int rank,
   status.set_rank(rank);
   status.set_state(v1::RANK_FAILED_TO_START);
   status.set_message(message);
+  status.set_node_fault(node_fault);
   SetStatus(status);
 }
 
@@ -669,7 +670,8 @@ void Supervisor::Launch(const v1::StartRanks& request,
     if (!made.ok()) {
       return FailToStart(
           request, launch.rank(),
-          absl::StrCat(made.message(), "; check the agent's --work-dir"));
+          absl::StrCat(made.message(), "; check the agent's --work-dir"),
+          /*node_fault=*/true);
     }
   }
 
@@ -686,7 +688,8 @@ void Supervisor::Launch(const v1::StartRanks& request,
       return FailToStart(
           request, launch.rank(),
           absl::StrCat(made.message(),
-                       "; fix the scratch path in the node's inventory"));
+                       "; fix the scratch path in the node's inventory"),
+          /*node_fault=*/true);
     }
     env["XL_CHECKPOINT_DIR"] = checkpoints;
   }
@@ -771,7 +774,7 @@ void Supervisor::Launch(const v1::StartRanks& request,
       CloseFd(fds[1]);
     }
     CloseFd(devnull);
-    return FailToStart(request, launch.rank(), message);
+    return FailToStart(request, launch.rank(), message, /*node_fault=*/true);
   }
 
   std::vector<int> cgroup_fds;
@@ -785,7 +788,8 @@ void Supervisor::Launch(const v1::StartRanks& request,
       CloseFd(devnull);
       return FailToStart(request, launch.rank(),
                          absl::StrCat("cannot put the rank in its cgroup: ",
-                                      fds.status().message()));
+                                      fds.status().message()),
+                         /*node_fault=*/true);
     }
     cgroup_fds = *std::move(fds);
   }
@@ -819,7 +823,8 @@ void Supervisor::Launch(const v1::StartRanks& request,
     return FailToStart(request, launch.rank(),
                        absl::StrCat("fork: ", ErrnoString(fork_errno),
                                     "; the node is out of processes or "
-                                    "memory"));
+                                    "memory"),
+                       /*node_fault=*/true);
   }
   setpgid(pid, pid);  // Also in the child; whichever runs first wins.
 

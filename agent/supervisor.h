@@ -219,8 +219,10 @@ class Supervisor : public RankController {
   // The supervisor is done with `request`: each of its ranks has a status
   // (launched, failed, or known before). Ends their "starting" placeholders.
   void Settle(const v1::StartRanks& request);
+  // `node_fault`: the node's doing (directories, descriptors, cgroups,
+  // processes), not the job's (its command, its working directory).
   void FailToStart(const v1::StartRanks& request, int rank,
-                   const std::string& message);
+                   const std::string& message, bool node_fault = false);
   void UpdateLiveness();
   bool AnyAlive() const;
 

@@ -228,6 +228,11 @@ CommandLine::CommandLine()
                      "directory the ranks start in (default: the job file's "
                      "working_dir, else the current directory, as sbatch "
                      "does)");
+  submit->add_option("--exclude", inv.submit.overrides.exclude_nodes,
+                     "a node the job must not run on (repeatable, or "
+                     "comma-separated), as sbatch --exclude")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   submit->add_flag("--dry-run", inv.submit.dry_run,
                    "show what the job would get now (nodes, GPUs and rank "
                    "order, or why it would wait and when it would start, "

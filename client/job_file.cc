@@ -72,6 +72,9 @@ absl::Status ApplyOverrides(const JobOverrides& overrides,
     (*spec->mutable_env())[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   for (const std::string& id : overrides.after_ok) spec->add_after_ok(id);
+  for (const std::string& node : overrides.exclude_nodes) {
+    spec->mutable_resources()->add_exclude_nodes(node);
+  }
   if (!overrides.working_dir.empty()) {
     std::error_code ec;
     auto dir = std::filesystem::absolute(overrides.working_dir, ec);

@@ -35,6 +35,8 @@ struct JobOverrides {
   std::vector<std::string> env;
   // Job ids added to the file's after_ok: start only after they succeed.
   std::vector<std::string> after_ok;
+  // Nodes added to resources.exclude_nodes: never run there.
+  std::vector<std::string> exclude_nodes;
   // Absolute or relative to the current directory; empty keeps the file's.
   std::string working_dir;
   // The argv given after `--`; replaces the file's command when not empty.

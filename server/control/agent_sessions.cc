@@ -325,7 +325,54 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
     if (!st.message().empty()) absl::StrAppend(&why, " (", st.message(), ")");
     rec->job.set_exit_code(st.exit_code());
   }
+  // Only what the agent puts down to the node counts against it: a job
+  // whose command is wrong, or that crashes at once, fails the same on
+  // every node, and must not drain them.
+  NoteRankFailure(node, rec,
+                  st.state() == v1::RANK_FAILED_TO_START && st.node_fault());
   FailAttempt(rec, why, /*spend_retry=*/true);
+}
+
+void Controller::AvoidNode(JobRecord* rec, const std::string& node) {
+  if (opts_.avoid_failed_node <= absl::ZeroDuration()) return;
+  v1::ResourceRequest avoiding = rec->job.spec().resources();
+  bool listed = false;
+  for (const std::string& n : avoiding.exclude_nodes()) listed |= n == node;
+  if (!listed) avoiding.add_exclude_nodes(node);
+  rec->avoiding = jobs_.Intern(avoiding);
+  rec->avoid_until_mono = clock_->MonotonicNow() + opts_.avoid_failed_node;
+}
+
+void Controller::NoteRankFailure(NodeRecord* node, JobRecord* rec,
+                                 bool node_fault) {
+  const absl::Time now = clock_->MonotonicNow();
+  AvoidNode(rec, node->name);
+  if (!node_fault || opts_.bad_node_jobs <= 0 || node->drained) return;
+  auto& failures = node->early_failures;
+  failures.erase(std::remove_if(failures.begin(), failures.end(),
+                                [&](const auto& f) {
+                                  return now - f.second >
+                                             opts_.bad_node_window ||
+                                         f.first == rec->id;
+                                }),
+                 failures.end());
+  failures.emplace_back(rec->id, now);
+  if (static_cast<int>(failures.size()) < opts_.bad_node_jobs) return;
+  std::vector<std::string> ids;
+  for (const auto& f : failures) ids.push_back(absl::StrCat(f.first));
+  node->drained = true;
+  node->drain_reason = absl::StrCat(
+      "drained by the scheduler: ranks of ", failures.size(),
+      " different jobs (", absl::StrJoin(ids, ", "),
+      ") failed to start here for reasons of the node, in ",
+      HumanDuration(opts_.bad_node_window),
+      "; check the node (xlctl logs of those jobs), then xlctl resume ",
+      node->name);
+  failures.clear();
+  fprintf(stderr, "xl-scheduler: node %s: %s\n", node->name.c_str(),
+          node->drain_reason.c_str());
+  pass_needed_ = true;
+  PersistNode(*node, nullptr);
 }
 
 void Controller::ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
@@ -386,6 +433,7 @@ void Controller::NodeLost(NodeRecord* node, const std::string& why) {
     // The node's agent stops the ranks when its lease runs out (at the
     // latest now) and kills them after the grace period: the next attempt
     // waits for that, plus a heartbeat for the clocks' difference.
+    AvoidNode(rec, node->name);
     FailAttempt(rec, absl::StrCat("node ", node->name, " was lost: ", why),
                 /*spend_retry=*/true, LostNodeFence(*rec));
   }

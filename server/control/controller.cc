@@ -344,6 +344,11 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
       }
     }
     queue->push_back(rec->as_request);
+    // The node its last attempt failed on is avoided for a while, where
+    // other nodes have room.
+    if (rec->avoiding != nullptr && rec->avoid_until_mono > now) {
+      queue->back().preferred = rec->avoiding;
+    }
     auto [f, added] =
         factors.emplace(std::make_pair(rec->as_request.queue,
                                        rec->as_request.user),

@@ -98,6 +98,14 @@ struct ControllerOptions {
   state::SubmitLimits submit_limits;
   // How many blocked jobs get reservations (backfill); 0: none.
   int reservations = 8;
+  // A node where ranks of this many different jobs failed to start for
+  // reasons of the node (RankStatus.node_fault) within bad_node_window is
+  // drained by itself (0: never).
+  int bad_node_jobs = 3;
+  absl::Duration bad_node_window = absl::Hours(1);
+  // A job whose attempt failed on a node (or lost it) prefers other nodes
+  // for this long.
+  absl::Duration avoid_failed_node = absl::Minutes(10);
   // Blocked jobs may preempt running gangs of a lower priority: of their
   // own queue, or of any queue with preempt_across_queues.
   bool preemption = true;
@@ -288,6 +296,15 @@ class Controller {
 
   // --- agents (agent_sessions.cc, ingest.cc) ---
   void HandleRankStatus(NodeRecord* node, const v1::RankStatus& st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank of `rec` failed on `node`: the next attempt avoids the node for
+  // a while; a failure to start the agent puts down to the node counts
+  // against it, and the node is drained once enough different jobs failed
+  // so there.
+  void NoteRankFailure(NodeRecord* node, JobRecord* rec, bool node_fault)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's next attempt prefers other nodes than `node` for a while.
+  void AvoidNode(JobRecord* rec, const std::string& node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rank's processes are gone: give back what it held (and store it).
   void ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,

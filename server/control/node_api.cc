@@ -119,6 +119,7 @@ void Controller::SetDrained(
     } else {
       node->drained = drained;
       node->drain_reason = drained ? reason : "";
+      node->early_failures.clear();
       if (!drained) capacity_freed_ = true;
       pass_needed_ = true;
       wake_ = true;

@@ -258,6 +258,18 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   if (spec->time_limit().seconds() < 0 || spec->time_limit().nanos() < 0) {
     return Bad("time_limit", "must not be negative; use for example 3600s");
   }
+  if (spec->resources().exclude_nodes_size() > 1000) {
+    return Bad("resources.exclude_nodes",
+               absl::StrCat(spec->resources().exclude_nodes_size(),
+                            " nodes; at most 1000"));
+  }
+  for (int i = 0; i < spec->resources().exclude_nodes_size(); ++i) {
+    const std::string& n = spec->resources().exclude_nodes(i);
+    if (n.empty() || n.size() > 253) {
+      return Bad(absl::StrCat("resources.exclude_nodes[", i, "]"),
+                 "give a node name as xlctl nodes shows it");
+    }
+  }
   if (spec->grace_period().seconds() < 0 || spec->grace_period().nanos() < 0) {
     return Bad("grace_period", "must not be negative; use for example 30s");
   }

@@ -162,6 +162,14 @@ std::string DescribeRequest(const v1::ResourceRequest& req) {
   if (req.nic_gbps_per_node() > 0) {
     parts.push_back(absl::StrFormat("%g Gbit/s NIC", req.nic_gbps_per_node()));
   }
+  if (req.exclude_nodes_size() > 0) {
+    parts.push_back(absl::StrCat(
+        "not on ",
+        req.exclude_nodes_size() <= 3
+            ? absl::StrJoin(req.exclude_nodes(), ", ")
+            : absl::StrCat(req.exclude_nodes(0), " and ",
+                           req.exclude_nodes_size() - 1, " more")));
+  }
   std::string nodes =
       absl::StrCat(req.nodes(), " node", req.nodes() == 1 ? "" : "s");
   if (parts.empty()) return nodes;
@@ -243,9 +251,11 @@ class ShareFit {
         req_(req),
         needs_(req),
         matching_(fleet.layouts().size(), 0),
-        matched_(fleet.layouts().size(), false) {}
+        matched_(fleet.layouts().size(), false),
+        excluded_(req.exclude_nodes().begin(), req.exclude_nodes().end()) {}
 
   bool operator()(const NodeCapacity& c, int32_t node) {
+    if (!excluded_.empty() && excluded_.count(c.name()) > 0) return false;
     const int32_t layout = fleet_.slot(fleet_.slot_of_node(node)).layout;
     if (!matched_[layout]) {
       matching_[layout] = MatchingGpus(*fleet_.layouts()[layout], req_);
@@ -263,6 +273,7 @@ class ShareFit {
   const Needs needs_;
   std::vector<uint64_t> matching_;
   std::vector<bool> matched_;
+  const std::set<std::string> excluded_;
 };
 
 // Reservations for blocked jobs (EASY backfill). Keeps what the pass has
@@ -1106,35 +1117,44 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         continue;
       }
     }
-    ClassTable::Entry& c = classes.Find(job.resources);
-    if (c.reason == nullptr) {
+    // Starts the job now if the class of `request` has room; else records
+    // why not for the rest of the pass (capacity only shrinks within it).
+    auto start_now = [&](ClassTable::Entry& c) {
+      if (c.reason != nullptr) return false;
       if (c.live == nullptr) {
         c.live = std::make_unique<RequestClass>(fleet, *c.request);
       } else {
         c.live->CatchUp();
       }
-      if (c.live->Choose(&picks)) {
-        Placement placement;
-        placement.shares.reserve(picks.size());
-        for (const auto& pick : picks) {
-          placement.shares.push_back(
-              ShareOf(fleet.node_at(pick.slot), pick.gpus, c.live->needs()));
-          fleet.Take(pick.slot, pick.gpus, c.live->needs());
-        }
-        if (reserver != nullptr) {
-          reserver->Started(job, placement);
-        } else {
-          started_limits.push_back(job.time_limit);
-        }
-        if (policy.governs(job)) policy.Charge(job, placement);
-        out.starts.emplace_back(std::move(job.job_id), std::move(placement));
-        continue;
+      if (!c.live->Choose(&picks)) {
+        c.reason = std::make_shared<const std::string>(c.live->WhyNot());
+        c.live.reset();
+        return false;
       }
-      // Capacity only shrinks within a pass: the class fails for the rest
-      // of it, with this reason.
-      c.reason = std::make_shared<const std::string>(c.live->WhyNot());
-      c.live.reset();
+      Placement placement;
+      placement.shares.reserve(picks.size());
+      for (const auto& pick : picks) {
+        placement.shares.push_back(
+            ShareOf(fleet.node_at(pick.slot), pick.gpus, c.live->needs()));
+        fleet.Take(pick.slot, pick.gpus, c.live->needs());
+      }
+      if (reserver != nullptr) {
+        reserver->Started(job, placement);
+      } else {
+        started_limits.push_back(job.time_limit);
+      }
+      if (policy.governs(job)) policy.Charge(job, placement);
+      out.starts.emplace_back(std::move(job.job_id), std::move(placement));
+      return true;
+    };
+    // Nodes it would rather avoid (where its last attempt failed) first;
+    // if that is all that has room, there.
+    if (job.preferred != nullptr && !narrowed &&
+        start_now(classes.Find(job.preferred))) {
+      continue;
     }
+    ClassTable::Entry& c = classes.Find(job.resources);
+    if (start_now(c)) continue;
     // Only where something is held can a job backfill onto held nodes.
     if (reserver != nullptr) {
       Placement placement;

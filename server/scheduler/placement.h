@@ -106,6 +106,10 @@ struct JobRequest {
   // False while gangs preempted for it are still stopping: it waits for
   // them rather than preempting more.
   bool may_preempt = true;
+  // Tried first when set: the request with nodes it had rather not use
+  // (where its last attempt failed) excluded; `resources` if that does
+  // not fit now.
+  std::shared_ptr<const v1::ResourceRequest> preferred;
 };
 
 // A job that runs now (input for policy: preemption, reservations).

@@ -1,5 +1,8 @@
 #include "server/scheduler/request_class.h"
 
+#include <set>
+#include <string>
+
 #include <algorithm>
 
 #include "server/scheduler/wait_reason.h"
@@ -20,8 +23,16 @@ RequestClass::RequestClass(const FleetIndex& fleet,
   }
   live_.assign(fleet.num_buckets(), 0);
   switch_live_.assign(fleet.num_switches(), 0);
+  if (req.exclude_nodes_size() > 0) {
+    const std::set<std::string> names(req.exclude_nodes().begin(),
+                                      req.exclude_nodes().end());
+    for (int s = 0; s < fleet.size(); ++s) {
+      if (names.count(fleet.node_at(s).name()) > 0) excluded_.push_back(s);
+    }
+  }
   for (int s = 0; s < fleet.size(); ++s) {
     const FleetIndex::Slot& slot = fleet.slot(s);
+    if (Excluded(s)) continue;
     const uint64_t matching = layout_gpus_[slot.layout];
     // Counted over every node, available or not, as the old reasons did:
     // "the fleet has only N such nodes even when idle".
@@ -38,7 +49,7 @@ RequestClass::RequestClass(const FleetIndex& fleet,
 
 bool RequestClass::Fits(int s) const {
   const FleetIndex::Slot& slot = fleet_.slot(s);
-  return slot.available &&
+  return slot.available && !Excluded(s) &&
          FitsNow(slot.free, layout_gpus_[slot.layout], needs_);
 }
 

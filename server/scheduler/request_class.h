@@ -8,6 +8,7 @@
 #ifndef XL_SERVER_SCHEDULER_REQUEST_CLASS_H_
 #define XL_SERVER_SCHEDULER_REQUEST_CLASS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ class RequestClass {
 
  private:
   bool Fits(int slot) const;
+  // Slots of nodes the request excludes (exclude_nodes), sorted.
+  std::vector<int32_t> excluded_;
+  bool Excluded(int slot) const {
+    return !excluded_.empty() &&
+           std::binary_search(excluded_.begin(), excluded_.end(), slot);
+  }
   void TakeFromBucket(int b, int* want, std::vector<Pick>* picks);
 
   const FleetIndex& fleet_;

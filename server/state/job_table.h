@@ -55,6 +55,10 @@ struct JobRecord {
   // The job as the scheduling core sees it, built once (what it asks for
   // never changes); a pass copies it.
   scheduler::JobRequest as_request;
+  // After an attempt failed on a node, the next avoids it for a while (its
+  // request with that node excluded), then may go anywhere again.
+  std::shared_ptr<const v1::ResourceRequest> avoiding;
+  absl::Time avoid_until_mono = absl::InfinitePast();
 };
 
 class JobTable {

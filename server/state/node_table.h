@@ -43,6 +43,10 @@ struct NodeRecord {
   // Running ranks the agent reported that no hold accounts for: (job,
   // attempt, rank). The node takes no new work until they are gone.
   std::set<std::tuple<int64_t, int32_t, int32_t>> foreign_ranks;
+  // Jobs whose ranks failed to start here for reasons of the node, with
+  // when (monotonic): the node is drained by itself when several jobs do.
+  // Cleared when the node is resumed.
+  std::vector<std::pair<int64_t, absl::Time>> early_failures;
 };
 
 class NodeTable {

@@ -259,6 +259,16 @@ TEST_F(CliTest, LogsWaitCancelDrainFlags) {
   EXPECT_EQ(drain.invocation().reason, "disk");
 }
 
+TEST_F(CliTest, SubmitExcludeAndDryRun) {
+  ASSERT_EQ(Parse({"submit", "--exclude", "n1,n2", "--exclude", "n3",
+                   "--dry-run", "--", "/bin/true"}),
+            std::nullopt)
+      << err_.str();
+  EXPECT_THAT(inv().submit.overrides.exclude_nodes,
+              ElementsAre("n1", "n2", "n3"));
+  EXPECT_TRUE(inv().submit.dry_run);
+}
+
 TEST_F(CliTest, QueueSubcommandsAndTheirFlags) {
   ASSERT_EQ(Parse({"queue", "set", "research", "--weight", "2.5", "--cohort",
                    "lab", "--quota", "NVIDIA H100 80GB HBM3=64,borrow=16",

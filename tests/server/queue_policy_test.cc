@@ -102,6 +102,39 @@ TEST(QueuePolicyTest, NominalQuotaWithoutCohortCapsTheQueue) {
   EXPECT_EQ(d.job_reasons[0].first, "3");
 }
 
+TEST(QueuePolicyTest, ExcludedNodesAreNeverUsed) {
+  // resources.exclude_nodes, as sbatch --exclude.
+  ClusterSnapshot snap = Fleet({kH100, kH100});
+  JobRequest avoid = Job("1", "a", "u", 1, 8, 1);
+  auto req = std::make_shared<v1::ResourceRequest>(*avoid.resources);
+  req->add_exclude_nodes("n0");
+  avoid.resources = req;
+  Decisions d = Schedule(snap, {avoid});
+  ASSERT_EQ(d.starts.size(), 1u);
+  EXPECT_EQ(d.starts[0].second.shares[0].node, "n1");
+  // With n1 busy it waits, saying which node it may not use.
+  snap.nodes[1].gpu_free = 0;
+  d = Schedule(snap, {avoid});
+  EXPECT_TRUE(d.starts.empty());
+  EXPECT_NE(ReasonOf(d, "1").find("not on n0"), std::string::npos)
+      << ReasonOf(d, "1");
+}
+
+TEST(QueuePolicyTest, APreferenceToAvoidANodeGivesWayWhenNothingElseFits) {
+  ClusterSnapshot snap = Fleet({kH100, kH100});
+  JobRequest job = Job("1", "a", "u", 1, 8, 1);
+  auto avoiding = std::make_shared<v1::ResourceRequest>(*job.resources);
+  avoiding->add_exclude_nodes("n0");
+  job.preferred = avoiding;
+  Decisions d = Schedule(snap, {job});
+  ASSERT_EQ(d.starts.size(), 1u);
+  EXPECT_EQ(d.starts[0].second.shares[0].node, "n1");
+  snap.nodes[1].gpu_free = 0;
+  d = Schedule(snap, {job});
+  ASSERT_EQ(d.starts.size(), 1u);
+  EXPECT_EQ(d.starts[0].second.shares[0].node, "n0");
+}
+
 TEST(QueuePolicyTest, RunningJobsCountAgainstTheQuota) {
   ClusterSnapshot snap = Fleet({kH100, kH100});
   snap.policies["a"] = Policy("a", "", {{"*", {4, -1, -1}}});

@@ -410,6 +410,90 @@ TEST_F(QueuesTest, APreemptorWaitsForItsVictimsAndTakesNoMore) {
   EXPECT_EQ(preempted(), 1);
 }
 
+// A node where ranks of three different jobs fail to start for reasons of
+// the node drains by itself, saying why; a job's own failures do not count.
+TEST_F(QueuesTest, BadNodesDrainThemselves) {
+  auto a = AddNode("a", 8);
+  auto b = AddNode("b", 8);
+  // Only one node has room for the failing jobs: the other is busy.
+  std::string busy = SubmitTo("default", 8)->job_id();
+  controller_->Tick();
+  Settle();
+  const std::string busy_node =
+      controller_->GetJob(busy)->allocations(0).node();
+  auto bad = busy_node == "a" ? b : a;
+  const std::string bad_name = busy_node == "a" ? "b" : "a";
+  for (int i = 0; i < 4; ++i) {
+    std::string id = SubmitTo("default", 8)->job_id();
+    controller_->Tick();
+    Settle();
+    ASSERT_EQ(controller_->GetJob(id)->allocations(0).node(), bad_name)
+        << "job " << i;
+    v1::AgentMessage msg;
+    *msg.mutable_rank_status() = Status(id, 1, 0, v1::RANK_FAILED_TO_START);
+    // The first job's failure is its own (its command): it counts for
+    // nothing against the node, so the node drains only after three more.
+    msg.mutable_rank_status()->set_message(
+        i == 0 ? "cannot execute x: not found in PATH"
+               : "cannot create pipes: Too many open files");
+    msg.mutable_rank_status()->set_node_fault(i > 0);
+    controller_->AgentMessage(bad_name, bad.get(), msg);
+    for (int r = 1; r < 8; ++r) {
+      Report(bad_name, bad.get(), id, 1, r, v1::RANK_EXITED, 143);
+    }
+    Settle();
+    EXPECT_EQ(controller_->GetJob(id)->state(), v1::FAILED);
+  }
+  v1::Node node = *controller_->GetNode(bad_name);
+  EXPECT_EQ(node.state(), v1::DRAINED);
+  EXPECT_NE(node.state_reason().find("3 different jobs"), std::string::npos)
+      << node.state_reason();
+  // Drained is stored: it survives a restart.
+  Settle();
+  Open();
+  EXPECT_EQ(controller_->GetNode(bad_name)->state(), v1::DRAINED);
+}
+
+// A retry prefers other nodes than the one its attempt failed on, and goes
+// back to it only when nothing else has room.
+TEST_F(QueuesTest, ARetryAvoidsTheNodeItFailedOn) {
+  auto a = AddNode("a", 8);
+  auto b = AddNode("b", 8);
+  v1::SubmitJobRequest req;
+  auto* spec = req.mutable_spec();
+  spec->add_command("/bin/true");
+  spec->set_max_retries(2);
+  spec->mutable_resources()->set_nodes(1);
+  spec->mutable_resources()->set_gpus_per_node(8);
+  std::string id = SubmitRequest(req)->job_id();
+  controller_->Tick();
+  Settle();
+  const std::string first = controller_->GetJob(id)->allocations(0).node();
+  auto conn = [&](const std::string& n) { return n == "a" ? a.get() : b.get(); };
+  for (int r = 0; r < 8; ++r) {
+    Report(first, conn(first), id, 1, r, v1::RANK_EXITED, r == 0 ? 1 : 143);
+  }
+  Settle();
+  controller_->Tick();
+  Settle();
+  const std::string second = controller_->GetJob(id)->allocations(0).node();
+  EXPECT_NE(second, first);
+  // It fails there too: now that node is the one it avoids. Both are
+  // free, and it goes to the first one (the other job, submitted after it,
+  // gets the second).
+  for (int r = 0; r < 8; ++r) {
+    Report(second, conn(second), id, 2, r, v1::RANK_EXITED, r == 0 ? 1 : 143);
+  }
+  Settle();
+  std::string blocker = SubmitTo("default", 8)->job_id();
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetJob(id)->attempt(), 3);
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::SCHEDULED);
+  EXPECT_EQ(controller_->GetJob(id)->allocations(0).node(), first);
+  EXPECT_EQ(controller_->GetJob(blocker)->allocations(0).node(), second);
+}
+
 TEST_F(QueuesTest, MinimumRuntimeAndNonPreemptibleJobsAreRespected) {
   v1::QueueSpec spec = Spec("long", 1);
   spec.mutable_min_runtime()->set_seconds(3600);
