@@ -344,6 +344,20 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
       }
     }
     queue->push_back(rec->as_request);
+    // A topology limit with a wait (--switches=N@wait) relaxes after it.
+    const v1::ResourceRequest& want = rec->job.spec().resources();
+    if (want.max_switches() > 0 &&
+        FromProto(want.max_switches_wait()) > absl::ZeroDuration() &&
+        wall_now - PendingSince(*rec) >= FromProto(want.max_switches_wait())) {
+      JobRecord* mutable_rec = jobs_.Find(rec->id);
+      if (mutable_rec->relaxed == nullptr) {
+        v1::ResourceRequest relaxed = want;
+        relaxed.set_max_switches(0);
+        relaxed.clear_max_switches_wait();
+        mutable_rec->relaxed = jobs_.Intern(relaxed);
+      }
+      queue->back().resources = mutable_rec->relaxed;
+    }
     // The node its last attempt failed on is avoided for a while, where
     // other nodes have room.
     if (rec->avoiding != nullptr && rec->avoid_until_mono > now) {

@@ -392,6 +392,9 @@ class Controller {
   const ShareInputs& Shares() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's effective priority from its fair-share factor, and its age
   // factor: pending since it last became PENDING (a requeue starts over).
+  // When it last became PENDING (its submit, or its last requeue).
+  absl::Time PendingSince(const JobRecord& rec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double EffectiveOf(const JobRecord& rec, double fair_share_factor,
                      absl::Time wall_now, double* age_factor = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -20,6 +20,11 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
   // without a write; they are shown live.
   if (job.state() == v1::PENDING && rec.job.state() == v1::PENDING) {
     auto reason = class_reasons_.find(rec.request.get());
+    if (rec.relaxed != nullptr) {
+      // Past its max_switches_wait, it is placed by its relaxed request.
+      auto relaxed = class_reasons_.find(rec.relaxed.get());
+      if (relaxed != class_reasons_.end()) reason = relaxed;
+    }
     const bool fenced = rec.eligible_mono > clock_->MonotonicNow();
     job.set_reason(reason != class_reasons_.end() && !fenced
                        ? *reason->second.second

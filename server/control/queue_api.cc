@@ -278,15 +278,18 @@ Controller::ShareInputs Controller::CollectShares() const {
   return in;
 }
 
+absl::Time Controller::PendingSince(const JobRecord& rec) const {
+  if (!rec.events.empty() && rec.events.back().to_state() == v1::PENDING) {
+    return FromProto(rec.events.back().time());
+  }
+  return FromProto(rec.job.create_time());
+}
+
 double Controller::EffectiveOf(const JobRecord& rec, double fair_share_factor,
                                absl::Time wall_now, double* age_factor) const {
-  absl::Time since = FromProto(rec.job.create_time());
-  if (!rec.events.empty() && rec.events.back().to_state() == v1::PENDING) {
-    since = FromProto(rec.events.back().time());
-  }
-  return scheduler::EffectivePriority(rec.job.spec().priority(),
-                                      fair_share_factor, wall_now - since,
-                                      opts_.priority_weights, age_factor);
+  return scheduler::EffectivePriority(
+      rec.job.spec().priority(), fair_share_factor,
+      wall_now - PendingSince(rec), opts_.priority_weights, age_factor);
 }
 
 void Controller::ChangeQueue(const std::string& by, const std::string& action,

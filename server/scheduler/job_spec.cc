@@ -258,6 +258,17 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   if (spec->time_limit().seconds() < 0 || spec->time_limit().nanos() < 0) {
     return Bad("time_limit", "must not be negative; use for example 3600s");
   }
+  if (spec->resources().max_switches() < 0 ||
+      spec->resources().max_switches() > 10000) {
+    return Bad("resources.max_switches",
+               "give 0 (any) or how many switches the nodes may span");
+  }
+  if (spec->resources().max_switches_wait().seconds() < 0 ||
+      spec->resources().max_switches_wait().nanos() < 0) {
+    return Bad("resources.max_switches_wait",
+               "must not be negative; 0 waits for ever, or give one such as "
+               "30m");
+  }
   if (spec->resources().exclude_nodes_size() > 1000) {
     return Bad("resources.exclude_nodes",
                absl::StrCat(spec->resources().exclude_nodes_size(),

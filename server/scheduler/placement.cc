@@ -162,6 +162,11 @@ std::string DescribeRequest(const v1::ResourceRequest& req) {
   if (req.nic_gbps_per_node() > 0) {
     parts.push_back(absl::StrFormat("%g Gbit/s NIC", req.nic_gbps_per_node()));
   }
+  if (req.max_switches() > 0) {
+    parts.push_back(absl::StrCat("under at most ", req.max_switches(),
+                                 req.max_switches() == 1 ? " switch"
+                                                         : " switches"));
+  }
   if (req.exclude_nodes_size() > 0) {
     parts.push_back(absl::StrCat(
         "not on ",

@@ -1,10 +1,10 @@
 #include "server/scheduler/request_class.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
-#include <algorithm>
-
+#include "absl/strings/str_cat.h"
 #include "server/scheduler/wait_reason.h"
 
 namespace xl::scheduler {
@@ -16,7 +16,7 @@ int LowestBit(uint64_t mask) { return __builtin_ctzll(mask); }
 
 RequestClass::RequestClass(const FleetIndex& fleet,
                            const v1::ResourceRequest& req)
-    : fleet_(fleet), needs_(req) {
+    : fleet_(fleet), needs_(req), max_switches_(req.max_switches()) {
   layout_gpus_.reserve(fleet.layouts().size());
   for (const NodeInfo* layout : fleet.layouts()) {
     layout_gpus_.push_back(MatchingGpus(*layout, req));
@@ -105,6 +105,35 @@ bool RequestClass::Choose(std::vector<Pick>* picks) {
     }
     return true;
   }
+  if (max_switches_ > 0) {
+    // The labelled switches with the most room, as few as the gang needs.
+    std::vector<int> switches;
+    for (int sw = 0; sw < fleet_.num_switches(); ++sw) {
+      if (fleet_.labelled(sw) && switch_live_[sw] > 0) switches.push_back(sw);
+    }
+    std::sort(switches.begin(), switches.end(), [&](int x, int y) {
+      return switch_live_[x] != switch_live_[y]
+                 ? switch_live_[x] > switch_live_[y]
+                 : x < y;
+    });
+    if (static_cast<int>(switches.size()) > max_switches_) {
+      switches.resize(max_switches_);
+    }
+    int64_t room = 0;
+    for (int sw : switches) room += switch_live_[sw];
+    if (room < want) {
+      best_under_limit_ = room;
+      return false;
+    }
+    std::sort(switches.begin(), switches.end());  // ring order
+    for (int sw : switches) {
+      for (int b = fleet_.first_bucket(sw);
+           want > 0 && b < fleet_.first_bucket(sw + 1); ++b) {
+        TakeFromBucket(b, &want, picks);
+      }
+    }
+    return true;
+  }
   while (first_live_ < fleet_.num_buckets() && live_[first_live_] == 0) {
     ++first_live_;
   }
@@ -115,6 +144,16 @@ bool RequestClass::Choose(std::vector<Pick>* picks) {
 }
 
 std::string RequestClass::WhyNot() const {
+  if (best_under_limit_ >= 0) {
+    return absl::StrCat(
+        "needs ", needs_.nodes, " nodes under at most ", max_switches_,
+        max_switches_ == 1 ? " switch" : " switches", " (max_switches); ",
+        live_total_, " fit now, but the ", max_switches_,
+        max_switches_ == 1 ? " switch" : " switches",
+        " with the most room have ", best_under_limit_,
+        "; it waits for nodes there to free",
+        " (or for max_switches_wait, if it has one)");
+  }
   return WaitReason(fleet_, needs_, layout_gpus_, idle_fit_);
 }
 

@@ -61,6 +61,10 @@ class RequestClass {
 
   const FleetIndex& fleet_;
   Needs needs_;
+  // resources.max_switches (0: any), and what the last failing Choose
+  // found under that many switches.
+  int32_t max_switches_ = 0;
+  int64_t best_under_limit_ = -1;
   std::vector<uint64_t> layout_gpus_;  // matching GPU positions per layout
   std::vector<uint64_t> live_;         // per bucket; bit i: slot begin + i fits
   std::vector<int32_t> switch_live_;   // fitting nodes per switch

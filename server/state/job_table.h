@@ -58,6 +58,9 @@ struct JobRecord {
   // After an attempt failed on a node, the next avoids it for a while (its
   // request with that node excluded), then may go anywhere again.
   std::shared_ptr<const v1::ResourceRequest> avoiding;
+  // Its request without max_switches, used once it has waited
+  // max_switches_wait.
+  std::shared_ptr<const v1::ResourceRequest> relaxed;
   absl::Time avoid_until_mono = absl::InfinitePast();
 };
 

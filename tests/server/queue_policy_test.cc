@@ -135,6 +135,42 @@ TEST(QueuePolicyTest, APreferenceToAvoidANodeGivesWayWhenNothingElseFits) {
   EXPECT_EQ(d.starts[0].second.shares[0].node, "n0");
 }
 
+TEST(QueuePolicyTest, AGangUnderAtMostNSwitches) {
+  // Two switches of 4 nodes; one node busy on each.
+  ClusterSnapshot snap;
+  for (int i = 0; i < 8; ++i) {
+    v1::NodeInventory inv = Inventory(8, kH100);
+    (*inv.mutable_labels())["switch"] = i < 4 ? "s1" : "s2";
+    snap.nodes.push_back(NodeCapacity::Empty("n" + std::to_string(i), inv));
+  }
+  snap.nodes[0].gpu_free = 0;
+  snap.nodes[4].gpu_free = 0;
+  JobRequest job = Job("1", "a", "u", 4, 8, 1);
+  auto one = std::make_shared<v1::ResourceRequest>(*job.resources);
+  one->set_max_switches(1);
+  job.resources = one;
+  Decisions d = Schedule(snap, {job});
+  EXPECT_TRUE(d.starts.empty());
+  EXPECT_NE(ReasonOf(d, "1").find("under at most 1 switch (max_switches); 6 "
+                                  "fit now, but the 1 switch with the most "
+                                  "room have 3"),
+            std::string::npos)
+      << ReasonOf(d, "1");
+  auto two = std::make_shared<v1::ResourceRequest>(*one);
+  two->set_max_switches(2);
+  job.resources = two;
+  d = Schedule(snap, {job});
+  ASSERT_EQ(d.starts.size(), 1u);
+  // With room under one switch, one switch is used.
+  snap.nodes[4].gpu_free = snap.nodes[5].gpu_free;
+  job.resources = one;
+  d = Schedule(snap, {job});
+  ASSERT_EQ(d.starts.size(), 1u);
+  for (const auto& share : d.starts[0].second.shares) {
+    EXPECT_GE(share.node, "n4") << share.node;
+  }
+}
+
 TEST(QueuePolicyTest, RunningJobsCountAgainstTheQuota) {
   ClusterSnapshot snap = Fleet({kH100, kH100});
   snap.policies["a"] = Policy("a", "", {{"*", {4, -1, -1}}});

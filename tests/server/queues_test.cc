@@ -494,6 +494,33 @@ TEST_F(QueuesTest, ARetryAvoidsTheNodeItFailedOn) {
   EXPECT_EQ(controller_->GetJob(blocker)->allocations(0).node(), second);
 }
 
+// --switches=N@wait: the limit holds while the job waits less than its
+// wait, then is dropped.
+TEST_F(QueuesTest, ASwitchLimitRelaxesAfterItsWait) {
+  auto a = AddNode("a", 8);  // the fixture's nodes have no switch label
+  v1::SubmitJobRequest req;
+  auto* spec = req.mutable_spec();
+  spec->add_command("/bin/true");
+  spec->mutable_resources()->set_nodes(1);
+  spec->mutable_resources()->set_gpus_per_node(8);
+  spec->mutable_resources()->set_max_switches(1);
+  spec->mutable_resources()->mutable_max_switches_wait()->set_seconds(600);
+  std::string id = SubmitRequest(req)->job_id();
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING);
+  EXPECT_NE(controller_->GetJob(id)->reason().find("under at most 1 switch"),
+            std::string::npos)
+      << controller_->GetJob(id)->reason();
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(absl::Minutes(1));
+    Beat("a", a.get());
+    controller_->Tick();
+    Settle();
+  }
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::SCHEDULED);
+}
+
 TEST_F(QueuesTest, MinimumRuntimeAndNonPreemptibleJobsAreRespected) {
   v1::QueueSpec spec = Spec("long", 1);
   spec.mutable_min_runtime()->set_seconds(3600);
