@@ -699,6 +699,11 @@ std::string QueueTable(const xl::v1::GetQueueResponse& queue) {
       absl::StrFormat("GPUs:   %d in use, %d free, %d in all\n",
                       queue.gpus_in_use(), queue.gpus_free(),
                       queue.total_gpus()),
+      queue.gpus_fragmented() > 0
+          ? absl::StrFormat("        %d of the free GPUs are on nodes where "
+                            "no pending job fits (fragmentation)\n",
+                            queue.gpus_fragmented())
+          : std::string(),
       absl::StrFormat("Nodes:  %d ready, %d drained, %d lost\n",
                       queue.nodes_ready(), queue.nodes_drained(),
                       queue.nodes_lost()));

@@ -527,6 +527,7 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
     class_reasons_.clear();
     reservations_.clear();
     job_reasons_.clear();
+    fragmented_gpus_ = std::max<int64_t>(0, decisions.fragmented_gpus);
   }
   for (auto& [job_id, reason] : decisions.job_reasons) {
     job_reasons_[job_id] = std::move(reason);

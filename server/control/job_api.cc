@@ -669,6 +669,8 @@ v1::GetQueueResponse Controller::GetQueue() {
   resp.set_total_gpus(total);
   resp.set_gpus_in_use(used);
   resp.set_gpus_free(total - used);
+  resp.set_gpus_fragmented(static_cast<int32_t>(
+      std::min<int64_t>(fragmented_gpus_, total - used)));
   return resp;
 }
 

@@ -1238,6 +1238,34 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     }
     out.waiting.emplace_back(std::move(job.job_id), c.reason);
   }
+  // Fragmentation: free GPUs on nodes where not one share of any request
+  // left waiting fits (its GPU count, memory, models, CPUs, memory...).
+  if (!reported.empty()) {
+    struct Want {
+      Needs needs;
+      std::vector<uint64_t> matching;  // per layout
+    };
+    std::vector<Want> wants;
+    for (const v1::ResourceRequest* req : reported) {
+      if (req == nullptr || req->gpus_per_node() <= 0) continue;
+      Want w{Needs(*req), {}};
+      for (const NodeInfo* layout : fleet.layouts()) {
+        w.matching.push_back(MatchingGpus(*layout, *req));
+      }
+      wants.push_back(std::move(w));
+    }
+    int64_t fragmented = 0;
+    for (int sl = 0; sl < fleet.size(); ++sl) {
+      const FleetIndex::Slot& slot = fleet.slot(sl);
+      if (!slot.available || slot.free.gpus == 0) continue;
+      const bool usable = std::any_of(
+          wants.begin(), wants.end(), [&](const Want& w) {
+            return FitsNow(slot.free, w.matching[slot.layout], w.needs);
+          });
+      if (!usable) fragmented += __builtin_popcountll(slot.free.gpus);
+    }
+    out.fragmented_gpus = fragmented;
+  }
   return out;
 }
 

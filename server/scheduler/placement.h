@@ -233,6 +233,9 @@ struct Decisions {
   // Gangs to stop (each once), for jobs that then wait in `waiting` with
   // a reservation (in `reservations`) on the nodes they free.
   std::vector<Preemption> preemptions;
+  // Free GPUs (after this pass) on nodes where not one share of any job
+  // left waiting fits: the fleet's fragmentation. -1 when no job waits.
+  int64_t fragmented_gpus = -1;
   // Holds that no longer stand (a node gone, or taken by a job ranked before
   // the reserved one): the caller forgets them and decides again in a full
   // pass.

@@ -429,6 +429,11 @@ TEST(OutputTest, QueueTableHasTotals) {
               StartsWith("TOTAL     4        3        12           32"));
   EXPECT_THAT(text, HasSubstr("12 in use, 4 free, 16 in all"));
   EXPECT_THAT(text, HasSubstr("2 ready, 1 drained, 0 lost"));
+  EXPECT_THAT(text, Not(HasSubstr("fragmentation")));
+  queue.set_gpus_fragmented(3);
+  EXPECT_THAT(QueueTable(queue),
+              HasSubstr("3 of the free GPUs are on nodes where no pending "
+                        "job fits (fragmentation)"));
 }
 
 TEST(OutputTest, EventLine) {

@@ -171,6 +171,21 @@ TEST(QueuePolicyTest, AGangUnderAtMostNSwitches) {
   }
 }
 
+TEST(QueuePolicyTest, FragmentationCountsFreeGpusNoWaitingJobCanUse) {
+  ClusterSnapshot snap = Fleet({kH100, kH100});
+  snap.nodes[0].gpu_free = 0b11;  // 2 free
+  snap.nodes[1].gpu_free = 0;
+  // A job that needs 4 GPUs a node cannot use n0's 2.
+  Decisions d = Schedule(snap, {Job("1", "a", "u", 1, 4, 1)});
+  EXPECT_EQ(d.fragmented_gpus, 2);
+  // A 2-node gang of 2 GPUs could use them (with another such node).
+  d = Schedule(snap, {Job("2", "a", "u", 2, 2, 1)});
+  EXPECT_EQ(d.fragmented_gpus, 0);
+  // Nothing waits: nothing to say.
+  d = Schedule(snap, {Job("3", "a", "u", 1, 1, 1)});
+  EXPECT_EQ(d.fragmented_gpus, -1);
+}
+
 TEST(QueuePolicyTest, RunningJobsCountAgainstTheQuota) {
   ClusterSnapshot snap = Fleet({kH100, kH100});
   snap.policies["a"] = Policy("a", "", {{"*", {4, -1, -1}}});
