@@ -537,8 +537,11 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
   }
   for (const std::string& id : decisions.dropped_holds) {
     // It no longer stands (a node gone, or taken by a job that outranks
-    // it): decide again over the whole queue.
+    // it): decide again over the whole queue. A preemptor's claim goes
+    // too (it still waits for its victims), or every full pass would
+    // bring it back and drop it again.
     reservations_.erase(id);
+    preempt_holds_.erase(state::JobTable::ParseId(id));
     capacity_freed_ = true;
     pass_needed_ = true;
   }

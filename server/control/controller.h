@@ -459,6 +459,8 @@ class Controller {
   // Their claims on the nodes the victims free, held in every pass (full
   // ones too) until they start or the wait above ends.
   std::map<int64_t, Reserved> preempt_holds_ ABSL_GUARDED_BY(mu_);
+  // A dry run's pass is being computed (one at a time).
+  bool dry_run_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   // Decisions::fragmented_gpus of the last full pass (0 when none waited).
   int64_t fragmented_gpus_ ABSL_GUARDED_BY(mu_) = 0;
   // Job id -> the ids of jobs whose after_ok names it; pruned by retention

@@ -20,7 +20,10 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
   // without a write; they are shown live.
   if (job.state() == v1::PENDING && rec.job.state() == v1::PENDING) {
     auto reason = class_reasons_.find(rec.request.get());
-    if (rec.relaxed != nullptr) {
+    const v1::ResourceRequest& want = rec.job.spec().resources();
+    if (rec.relaxed != nullptr &&
+        clock_->Now() - PendingSince(rec) >=
+            FromProto(want.max_switches_wait())) {
       // Past its max_switches_wait, it is placed by its relaxed request.
       auto relaxed = class_reasons_.find(rec.relaxed.get());
       if (relaxed != class_reasons_.end()) reason = relaxed;
@@ -319,7 +322,13 @@ void Controller::DryRunJob(
     absl::MutexLock lock(&mu_);
     absl::Status refused = CheckDependencies(spec);
     if (refused.ok()) refused = ApplyQueueToSpec(user, &spec);
-    // Dry runs cost a pass: they count against the submit rate.
+    // Dry runs cost a pass: one at a time, and they count against the
+    // submit rate.
+    if (refused.ok() && dry_run_in_flight_) {
+      refused = absl::ResourceExhaustedError(
+          "another dry run is being computed (one at a time: each is a "
+          "scheduling pass); retry in a moment");
+    }
     if (refused.ok()) {
       refused = quota_.Admit(user, /*pending=*/0, clock_->MonotonicNow());
     }
@@ -334,18 +343,49 @@ void Controller::DryRunJob(
     const ShareInputs& shares = Shares();
     const scheduler::FairShare fs(shares.weights, shares.queue_usage,
                                   shares.user_usage, shares.active_users);
+    // The job's own after_ok: it would wait for them first.
+    for (const std::string& dep : spec.after_ok()) {
+      const JobRecord* d = jobs_.Find(dep);
+      if (d != nullptr && d->job.state() != v1::SUCCEEDED) {
+        v1::SubmitJobResponse resp;
+        resp.mutable_dry_run()->set_reason(absl::StrCat(
+            "waits for job ", dep, " (", v1::JobState_Name(d->job.state()),
+            ") to succeed (after_ok); where it would go is decided then"));
+        *resp.mutable_dry_run()->mutable_spec() = std::move(spec);
+        mu_.Unlock();
+        done(std::move(resp));
+        mu_.Lock();
+        return;
+      }
+    }
+    dry_run_in_flight_ = true;
     // The queue a full pass would see (fenced and waiting jobs are not in
-    // it), and the job.
+    // it), as the pass sees it, and the job.
     for (const auto& [key, rec] : jobs_.pending()) {
       if (rec->eligible_mono > now) continue;
-      if (rec->job.spec().after_ok_size() > 0 &&
-          !DependencyWait(*rec, nullptr).empty()) {
-        continue;
+      if (rec->job.spec().after_ok_size() > 0) {
+        std::string failed;
+        if (!DependencyWait(*rec, &failed).empty() || !failed.empty()) {
+          continue;
+        }
       }
       queue.push_back(rec->as_request);
-      queue.back().effective_priority = EffectiveOf(
+      scheduler::JobRequest& entry = queue.back();
+      entry.effective_priority = EffectiveOf(
           *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()),
           wall_now);
+      if (auto p = preempting_.find(rec->id);
+          p != preempting_.end() && p->second > now) {
+        entry.may_preempt = false;
+      }
+      if (rec->relaxed != nullptr &&
+          wall_now - PendingSince(*rec) >=
+              FromProto(rec->job.spec().resources().max_switches_wait())) {
+        entry.resources = rec->relaxed;
+      }
+      if (rec->avoiding != nullptr && rec->avoid_until_mono > now) {
+        entry.preferred = rec->avoiding;
+      }
     }
     scheduler::JobRequest job;
     job.job_id = kId;
@@ -364,6 +404,10 @@ void Controller::DryRunJob(
     queue.push_back(job);
     SnapshotCluster(fs, &snapshot);
     for (const auto& req : queue) ++snapshot.queues[req.queue].pending_jobs;
+    // Preemptors' claims stand, as in a full pass.
+    for (const auto& [id, held] : preempt_holds_) {
+      snapshot.holds.push_back(held.reservation);
+    }
   }
   v1::SubmitJobResponse resp;
   v1::DryRun* out = resp.mutable_dry_run();
@@ -415,6 +459,10 @@ void Controller::DryRunJob(
     *out->mutable_estimated_start_time() = ToProtoTime(clock_->Now());
   }
   *out->mutable_spec() = std::move(spec);
+  {
+    absl::MutexLock lock(&mu_);
+    dry_run_in_flight_ = false;
+  }
   done(std::move(resp));
 }
 

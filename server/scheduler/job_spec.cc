@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -274,12 +275,25 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
                absl::StrCat(spec->resources().exclude_nodes_size(),
                             " nodes; at most 1000"));
   }
+  size_t excluded_bytes = 0;
   for (int i = 0; i < spec->resources().exclude_nodes_size(); ++i) {
     const std::string& n = spec->resources().exclude_nodes(i);
+    excluded_bytes += n.size();
     if (n.empty() || n.size() > 253) {
       return Bad(absl::StrCat("resources.exclude_nodes[", i, "]"),
                  "give a node name as xlctl nodes shows it");
     }
+  }
+  if (excluded_bytes > 16384) {
+    return Bad("resources.exclude_nodes",
+               "the names add up to more than 16 KiB; drain nodes nobody "
+               "should use instead (xlctl drain)");
+  }
+  {
+    // One order, no repeats: equal lists make one class.
+    auto* names = spec->mutable_resources()->mutable_exclude_nodes();
+    std::sort(names->begin(), names->end());
+    names->erase(std::unique(names->begin(), names->end()), names->end());
   }
   if (spec->grace_period().seconds() < 0 || spec->grace_period().nanos() < 0) {
     return Bad("grace_period", "must not be negative; use for example 30s");

@@ -1025,9 +1025,15 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
                        return a->priority < b->priority;
                      });
   }
-  // A request that found no victims at a priority finds none at a lower
-  // one later in the pass (capacity only shrinks, victims only go).
-  std::unordered_map<const v1::ResourceRequest*, int32_t> unpreemptable;
+  // A request of a queue that found no victims at a priority and rank
+  // finds none at a lower one later in the pass (capacity only shrinks,
+  // victims only go).
+  struct Failed {
+    int32_t priority;
+    double rank;
+  };
+  std::map<std::pair<const v1::ResourceRequest*, std::string>, Failed>
+      unpreemptable;
   // The job waits for its victims to stop, holding the nodes they free;
   // `why` heads each victim's reason ("priority 5 > " is followed by the
   // victim's priority).
@@ -1080,6 +1086,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   out.waiting.reserve(queue.size());
   std::vector<RequestClass::Pick> picks;
   std::unordered_set<const v1::ResourceRequest*> reported;
+  std::vector<bool> started_at(queue.size(), false);
   for (int32_t i : order) {
     JobRequest& job = queue[i];
     const double rank = RankOf(job);
@@ -1150,6 +1157,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       }
       if (policy.governs(job)) policy.Charge(job, placement);
       out.starts.emplace_back(std::move(job.job_id), std::move(placement));
+      started_at[i] = true;
       return true;
     };
     // Nodes it would rather avoid (where its last attempt failed) first;
@@ -1165,6 +1173,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       Placement placement;
       if (reserver->BackfillOnHeld(job, &placement)) {
         reserver->Started(job, placement);
+        started_at[i] = true;
         if (policy.governs(job)) policy.Charge(job, placement);
         out.starts.emplace_back(std::move(job.job_id), std::move(placement));
         continue;
@@ -1175,12 +1184,17 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     // room, whole.
     if (preemptors_left > 0 && preempt_tries_left > 0 && job.may_preempt &&
         job.resources != nullptr) {
-      auto failed = unpreemptable.find(job.resources.get());
+      const std::pair<const v1::ResourceRequest*, std::string> key(
+          job.resources.get(),
+          snapshot.preempt_across_queues ? std::string() : job.queue);
+      auto failed = unpreemptable.find(key);
       const auto below = std::lower_bound(
           preemptible.begin(), preemptible.end(), job.priority,
           [](const RunningGang* g, int32_t p) { return g->priority < p; });
       std::vector<const RunningGang*> candidates;
-      if (failed == unpreemptable.end() || job.priority > failed->second) {
+      if (failed == unpreemptable.end() ||
+          job.priority > failed->second.priority ||
+          RankOf(job) > failed->second.rank) {
         for (auto it = preemptible.begin(); it != below; ++it) {
           const RunningGang* g = *it;
           if ((snapshot.preempt_across_queues || g->queue == job.queue) &&
@@ -1200,8 +1214,12 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
                             absl::StrCat("priority ", job.priority, " > "));
           continue;
         }
-        int32_t& at = unpreemptable[job.resources.get()];
-        at = std::max(at, job.priority);
+        auto [at, added] =
+            unpreemptable.emplace(key, Failed{job.priority, RankOf(job)});
+        if (!added) {
+          at->second.priority = std::max(at->second.priority, job.priority);
+          at->second.rank = std::max(at->second.rank, RankOf(job));
+        }
       }
     }
     if (reservations_left > 0) {
@@ -1239,14 +1257,19 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     out.waiting.emplace_back(std::move(job.job_id), c.reason);
   }
   // Fragmentation: free GPUs on nodes where not one share of any request
-  // left waiting fits (its GPU count, memory, models, CPUs, memory...).
-  if (!reported.empty()) {
+  // left waiting fits (its GPU count, memory, models, CPUs, memory...),
+  // whatever it waits for (reserved, preempting, quota...).
+  std::unordered_set<const v1::ResourceRequest*> waiting_requests;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    if (!started_at[i]) waiting_requests.insert(queue[i].resources.get());
+  }
+  if (!waiting_requests.empty()) {
     struct Want {
       Needs needs;
       std::vector<uint64_t> matching;  // per layout
     };
     std::vector<Want> wants;
-    for (const v1::ResourceRequest* req : reported) {
+    for (const v1::ResourceRequest* req : waiting_requests) {
       if (req == nullptr || req->gpus_per_node() <= 0) continue;
       Want w{Needs(*req), {}};
       for (const NodeInfo* layout : fleet.layouts()) {

@@ -145,6 +145,32 @@ bool RequestClass::Choose(std::vector<Pick>* picks) {
 
 std::string RequestClass::WhyNot() const {
   if (best_under_limit_ >= 0) {
+    // Even idle, do the N largest switches hold enough such nodes?
+    std::vector<int64_t> idle(fleet_.num_switches(), 0);
+    for (int s = 0; s < fleet_.size(); ++s) {
+      const FleetIndex::Slot& slot = fleet_.slot(s);
+      const int sw = fleet_.bucket_switch(fleet_.bucket_of(s));
+      if (fleet_.labelled(sw) && !Excluded(s) &&
+          FitsNow(slot.idle, layout_gpus_[slot.layout], needs_)) {
+        ++idle[sw];
+      }
+    }
+    std::sort(idle.rbegin(), idle.rend());
+    int64_t most = 0;
+    for (int k = 0; k < max_switches_ && k < static_cast<int>(idle.size());
+         ++k) {
+      most += idle[k];
+    }
+    if (most < needs_.nodes) {
+      return absl::StrCat(
+          "needs ", needs_.nodes, " nodes under at most ", max_switches_,
+          max_switches_ == 1 ? " switch" : " switches",
+          " (max_switches), but even idle the ", max_switches_,
+          max_switches_ == 1 ? " switch" : " switches",
+          " with the most such nodes (labels.switch) have ", most,
+          ", so it never starts; raise max_switches, or give "
+          "max_switches_wait");
+    }
     return absl::StrCat(
         "needs ", needs_.nodes, " nodes under at most ", max_switches_,
         max_switches_ == 1 ? " switch" : " switches", " (max_switches); ",

@@ -159,6 +159,26 @@ TEST(PreemptionTest, AJobWaitingForItsVictimsDoesNotPreemptMore) {
   EXPECT_TRUE(d.preemptions.empty());
 }
 
+TEST(PreemptionTest, AJobWithoutVictimsInItsQueueDoesNotStopAnotherQueuesTry) {
+  // Equal requests and priorities from two queues: queue x's only victim
+  // does not make room, queue y's does; y's job must still be tried after
+  // x's failed.
+  Cluster c(2);
+  c.Run("pinned", {0}, 7, 0, absl::Hours(1), /*preemptible=*/false).queue =
+      "x";
+  c.Run("small", {0}, 1, 0, absl::Hours(1)).queue = "x";
+  RunningGang& g = c.Run("victim", {1}, 8, 0, absl::Hours(1));
+  g.queue = "y";
+  JobRequest x = Job("px", 1, 8, 5, 1);
+  x.queue = "x";
+  JobRequest y = Job("py", 1, 8, 5, 2);
+  y.queue = "y";
+  y.resources = x.resources;  // one class, as the controller shares it
+  Decisions d = Schedule(c.snap, {x, y});
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].for_job, "py");
+}
+
 TEST(PreemptionTest, ALowerJobCannotTakeWhatWasFreedForThePreemptor) {
   Cluster c(2);
   c.Run("a", {0}, 8, 0, absl::Hours(1));

@@ -184,6 +184,22 @@ TEST(QueuePolicyTest, FragmentationCountsFreeGpusNoWaitingJobCanUse) {
   // Nothing waits: nothing to say.
   d = Schedule(snap, {Job("3", "a", "u", 1, 1, 1)});
   EXPECT_EQ(d.fragmented_gpus, -1);
+  // A waiting job with a reservation counts too.
+  snap.max_reservations = 8;
+  snap.now = absl::FromUnixSeconds(1800000000);
+  RunningGang gang;
+  gang.job_id = "r";
+  gang.nodes = {"n1"};
+  gang.gpus = 8;
+  gang.expected_end = snap.now + absl::Hours(1);
+  NodeShare share;
+  share.node = "n1";
+  for (int g = 0; g < 8; ++g) share.gpu_indices.push_back(g);
+  gang.shares = {share};
+  snap.running = {gang};
+  d = Schedule(snap, {Job("4", "a", "u", 1, 4, 1)});
+  ASSERT_EQ(d.reservations.size(), 1u);
+  EXPECT_EQ(d.fragmented_gpus, 2);
 }
 
 TEST(QueuePolicyTest, RunningJobsCountAgainstTheQuota) {

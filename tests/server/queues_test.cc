@@ -615,6 +615,17 @@ TEST_F(QueuesTest, ADryRunShowsThePlacementOrTheWaitAndStoresNothing) {
   Settle();
   EXPECT_EQ(controller_->GetJob(full)->preemptions(), 0);
   EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 1);
+  // A job that would wait for its after_ok says so, and is not placed.
+  v1::SubmitJobRequest after;
+  after.set_dry_run(true);
+  after.mutable_spec()->add_command("/bin/true");
+  after.mutable_spec()->add_after_ok(full);
+  auto waiting = SubmitRequest(after);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_FALSE(waiting->dry_run().starts_now());
+  EXPECT_NE(waiting->dry_run().reason().find("waits for job " + full),
+            std::string::npos)
+      << waiting->dry_run().reason();
   // A dry run is checked as a submit is.
   v1::SubmitJobRequest bad;
   bad.set_dry_run(true);
