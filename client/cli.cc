@@ -341,7 +341,7 @@ CommandLine::CommandLine()
       "apply",
       "Create or update the queues of a YAML file ({queues: [{name, weight, "
       "cohort, quotas: [{gpu_model, nominal_gpus, borrowing_limit_gpus, "
-      "lending_limit_gpus}], ...}]}; see README \"Queues\"). Admins.");
+      "lending_limit_gpus}], ...}]}; see README \"Queues and fair share\"). Admins.");
   queue_apply->add_option("FILE", inv.queue.file, "the queues file")
       ->required()
       ->check(CLI::ExistingFile);

@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--queues", opts.queues_file,
                  "a YAML file of queues ({queues: [{name, weight, cohort, "
-                 "quotas, ...}]}, see README \"Queues\") created or updated "
+                 "quotas, ...}]}, see README \"Queues and fair share\") created or updated "
                  "at start; queues it does not name are left as they are")
       ->check(CLI::ExistingFile);
   std::string half_life = "7d", max_age = "7d";
