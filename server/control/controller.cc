@@ -158,6 +158,24 @@ void Controller::LoadModel(store::StoredState state) {
     }
     ledger_.AddHold(a.node(), std::move(hold), /*force=*/true);
   }
+  // A preemptor whose victims still hold what they had (their old
+  // attempts' holds) waits for them again rather than preempting more.
+  preempting_.clear();
+  preempt_holds_.clear();
+  for (const auto& h : state.holds) {
+    const JobRecord* victim = jobs_.Find(h.job_id);
+    if (victim == nullptr || victim->job.preempted_by().empty() ||
+        victim->job.attempt() <= h.attempt) {
+      continue;
+    }
+    const int64_t by = state::JobTable::ParseId(victim->job.preempted_by());
+    const JobRecord* preemptor = jobs_.Find(by);
+    if (preemptor == nullptr || preemptor->job.state() != v1::PENDING) continue;
+    absl::Duration grace = FromProto(victim->job.spec().grace_period());
+    if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
+    absl::Time& until = preempting_[by];
+    until = std::max(until, now_mono + grace + opts_.heartbeat_timeout);
+  }
   for (auto& e : state.events) {
     JobRecord* rec = jobs_.Find(e.job_id());
     if (rec == nullptr) continue;
@@ -566,6 +584,7 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
     }
     absl::Duration grace = FromProto(victim->job.spec().grace_period());
     if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
+    victim->job.set_preempted_by(p.for_job);
     FailAttempt(victim, p.reason, /*spend_retry=*/false,
                 absl::ZeroDuration(), /*preempted=*/true);
     // Its next attempt waits until this one has surely stopped (its grace

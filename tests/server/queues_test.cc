@@ -521,6 +521,55 @@ TEST_F(QueuesTest, ASwitchLimitRelaxesAfterItsWait) {
   EXPECT_EQ(controller_->GetJob(id)->state(), v1::SCHEDULED);
 }
 
+// The preemptor's wait survives a restart: while the victim's old ranks
+// still run, it preempts nothing more.
+TEST_F(QueuesTest, APreemptorStillWaitsForItsVictimsAfterARestart) {
+  tweak_ = [](ControllerOptions* o) { o->periodic_pass = absl::Seconds(1); };
+  Open();
+  auto a = AddNode("a", 8);
+  auto b = AddNode("b", 8);
+  std::string one = SubmitTo("default", 8)->job_id();
+  std::string two = SubmitTo("default", 8)->job_id();
+  controller_->Tick();
+  Settle();
+  std::string high = SubmitTo("default", 8, /*priority=*/5)->job_id();
+  controller_->Tick();
+  Settle();
+  const int64_t first = controller_->GetJob(one)->preemptions() +
+                        controller_->GetJob(two)->preemptions();
+  ASSERT_EQ(first, 1);
+  const std::string victim =
+      controller_->GetJob(one)->preemptions() == 1 ? one : two;
+  EXPECT_EQ(controller_->GetJob(victim)->preempted_by(), high);
+  std::map<std::string, std::string> node_of;
+  for (const std::string& id : {one, two}) {
+    // The victim's allocation is gone from the job; its hold tells.
+    v1::Job j = *controller_->GetJob(id);
+    if (j.allocations_size() > 0) node_of[id] = j.allocations(0).node();
+  }
+  const std::string survivor = victim == one ? two : one;
+  const std::string victim_node = node_of[survivor] == "a" ? "b" : "a";
+  Settle();
+  Open();  // a restart while the victim stops
+  std::vector<v1::RankStatus> old_ranks, running;
+  for (int r = 0; r < 8; ++r) {
+    old_ranks.push_back(Status(victim, 1, r, v1::RANK_RUNNING));
+    running.push_back(Status(survivor, 1, r, v1::RANK_RUNNING));
+  }
+  a = AddNode("a", 8, victim_node == "a" ? old_ranks : running);
+  b = AddNode("b", 8, victim_node == "b" ? old_ranks : running);
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(2));
+    Beat("a", a.get());
+    Beat("b", b.get());
+    controller_->Tick();
+    Settle();
+  }
+  EXPECT_EQ(controller_->GetJob(survivor)->preemptions(), 0)
+      << "preempted a second victim after the restart";
+  EXPECT_EQ(controller_->GetJob(high)->state(), v1::PENDING);
+}
+
 TEST_F(QueuesTest, MinimumRuntimeAndNonPreemptibleJobsAreRespected) {
   v1::QueueSpec spec = Spec("long", 1);
   spec.mutable_min_runtime()->set_seconds(3600);
