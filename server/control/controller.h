@@ -214,7 +214,8 @@ class Controller {
       std::vector<std::pair<std::shared_ptr<AgentConnection>,
                             v1::SchedulerMessage>>;
 
-  // --- the loop (controller.cc) ---
+  // --- the loop (controller.cc; the pass's snapshot and decisions in
+  // pass.cc) ---
   void RunLoop();
   // Everything of one tick that needs the lock; returns true and fills the
   // snapshot when a pass is due.
@@ -392,6 +393,17 @@ class Controller {
   const ShareInputs& Shares() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's effective priority from its fair-share factor, and its age
   // factor: pending since it last became PENDING (a requeue starts over).
+  // Whether the job has waited out its max_switches_wait: it is then
+  // placed by its request without the limit (JobRecord::relaxed).
+  bool SwitchLimitRelaxed(const JobRecord& rec, absl::Time wall_now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job as a pass sees it: its effective priority, whether it may
+  // preempt, the request it is placed by and the one it prefers.
+  scheduler::JobRequest QueueEntry(const JobRecord& rec,
+                                   double fair_share_factor,
+                                   absl::Time wall_now,
+                                   absl::Time mono_now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When it last became PENDING (its submit, or its last requeue).
   absl::Time PendingSince(const JobRecord& rec) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

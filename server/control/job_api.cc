@@ -20,10 +20,7 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
   // without a write; they are shown live.
   if (job.state() == v1::PENDING && rec.job.state() == v1::PENDING) {
     auto reason = class_reasons_.find(rec.request.get());
-    const v1::ResourceRequest& want = rec.job.spec().resources();
-    if (rec.relaxed != nullptr &&
-        clock_->Now() - PendingSince(rec) >=
-            FromProto(want.max_switches_wait())) {
+    if (rec.relaxed != nullptr && SwitchLimitRelaxed(rec, clock_->Now())) {
       // Past its max_switches_wait, it is placed by its relaxed request.
       auto relaxed = class_reasons_.find(rec.relaxed.get());
       if (relaxed != class_reasons_.end()) reason = relaxed;
@@ -369,23 +366,9 @@ void Controller::DryRunJob(
           continue;
         }
       }
-      queue.push_back(rec->as_request);
-      scheduler::JobRequest& entry = queue.back();
-      entry.effective_priority = EffectiveOf(
+      queue.push_back(QueueEntry(
           *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()),
-          wall_now);
-      if (auto p = preempting_.find(rec->id);
-          p != preempting_.end() && p->second > now) {
-        entry.may_preempt = false;
-      }
-      if (rec->relaxed != nullptr &&
-          wall_now - PendingSince(*rec) >=
-              FromProto(rec->job.spec().resources().max_switches_wait())) {
-        entry.resources = rec->relaxed;
-      }
-      if (rec->avoiding != nullptr && rec->avoid_until_mono > now) {
-        entry.preferred = rec->avoiding;
-      }
+          wall_now, now));
     }
     scheduler::JobRequest job;
     job.job_id = kId;

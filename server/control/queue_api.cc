@@ -285,6 +285,35 @@ absl::Time Controller::PendingSince(const JobRecord& rec) const {
   return FromProto(rec.job.create_time());
 }
 
+bool Controller::SwitchLimitRelaxed(const JobRecord& rec,
+                                    absl::Time wall_now) const {
+  const v1::ResourceRequest& want = rec.job.spec().resources();
+  const absl::Duration wait = FromProto(want.max_switches_wait());
+  return want.max_switches() > 0 && wait > absl::ZeroDuration() &&
+         wall_now - PendingSince(rec) >= wait;
+}
+
+scheduler::JobRequest Controller::QueueEntry(const JobRecord& rec,
+                                             double fair_share_factor,
+                                             absl::Time wall_now,
+                                             absl::Time mono_now) const {
+  scheduler::JobRequest entry = rec.as_request;
+  entry.effective_priority = EffectiveOf(rec, fair_share_factor, wall_now);
+  if (auto p = preempting_.find(rec.id);
+      p != preempting_.end() && p->second > mono_now) {
+    entry.may_preempt = false;
+  }
+  if (rec.relaxed != nullptr && SwitchLimitRelaxed(rec, wall_now)) {
+    entry.resources = rec.relaxed;
+  }
+  // The node its last attempt failed on is avoided for a while, where
+  // other nodes have room.
+  if (rec.avoiding != nullptr && rec.avoid_until_mono > mono_now) {
+    entry.preferred = rec.avoiding;
+  }
+  return entry;
+}
+
 double Controller::EffectiveOf(const JobRecord& rec, double fair_share_factor,
                                absl::Time wall_now, double* age_factor) const {
   return scheduler::EffectivePriority(

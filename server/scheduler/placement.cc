@@ -135,6 +135,20 @@ NodeCapacity NodeCapacity::Empty(std::string name,
   return Empty(NodeInfo::FromInventory(name, inv));
 }
 
+void AddGpuModels(const NodeInfo& info, absl::Span<const int32_t> indices,
+                  std::map<std::string, int64_t>* by_model) {
+  for (int32_t index : indices) {
+    const std::string* model = nullptr;
+    for (const NodeInfo::Gpu& gpu : info.gpus) {
+      if (gpu.index == index) {
+        model = &gpu.model;
+        break;
+      }
+    }
+    ++(*by_model)[model != nullptr ? *model : std::string("unknown")];
+  }
+}
+
 std::string DescribeRequest(const v1::ResourceRequest& req) {
   std::vector<std::string> parts;
   if (req.gpus_per_node() > 0) {
@@ -427,46 +441,11 @@ class Reserver {
                   const std::vector<const RunningGang*>& candidates,
                   std::vector<const RunningGang*>* victims,
                   Placement* placement, bool minimize = true) {
-    const v1::ResourceRequest& req = *job.resources;
-    std::vector<NodeCapacity> future = current_;
-    ShareFit share_fit(*fleet_, req);
-    auto fits_node = [&](int32_t n) {
-      return future[n].unavailable.empty() && share_fit(future[n], n);
-    };
-    std::vector<bool> fits(future.size(), false);
-    int32_t fitting = 0;
-    for (size_t i = 0; i < future.size(); ++i) {
-      fits[i] = fits_node(static_cast<int32_t>(i));
-      fitting += fits[i];
-    }
+    Future future(*this, *job.resources, 8 * kMaxPlacements);
     auto give_back = [&](const RunningGang& g, bool undo) {
-      for (const NodeShare& share : g.shares) {
-        auto it = index_.find(share.node);
-        if (it == index_.end()) continue;
-        const int32_t n = it->second;
-        if (undo) {
-          Consume(&future[n], share);
-        } else {
-          Release(&future[n], share);
-        }
-        const bool f = fits_node(n);
-        fitting += static_cast<int32_t>(f) - static_cast<int32_t>(fits[n]);
-        fits[n] = f;
-      }
+      future.Change(g.shares, undo);
     };
-    int placements = 0;
-    std::vector<NodeCapacity> cands;
-    auto place = [&](Placement* out) {
-      if (fitting < req.nodes() || placements >= 8 * kMaxPlacements) {
-        return false;
-      }
-      ++placements;
-      cands.clear();
-      for (size_t i = 0; i < future.size(); ++i) {
-        if (fits[i]) cands.push_back(future[i]);
-      }
-      return PlaceGang(cands, req, out, nullptr);
-    };
+    auto place = [&](Placement* out) { return future.Place(out); };
     victims->clear();
     bool placed = false;
     for (const RunningGang* g : candidates) {
@@ -494,7 +473,7 @@ class Reserver {
       }
       // Then each of the others is put back if the job still fits without
       // it (the last added is needed).
-      placements = 0;
+      future.ResetPlacements();
       for (size_t k = victims->size() - 1; k-- > 0;) {
         const RunningGang* g = (*victims)[k];
         give_back(*g, true);
@@ -524,50 +503,17 @@ class Reserver {
                          by_time);
       sorted_ = ends_.size();
     }
-    const v1::ResourceRequest& req = *job.resources;
-    std::vector<NodeCapacity> future = current_;
-    ShareFit share_fit(*fleet_, req);
-    auto fits_node = [&](int32_t n) {
-      return future[n].unavailable.empty() && share_fit(future[n], n);
-    };
-    std::vector<bool> fits(future.size(), false);
-    int32_t fitting = 0;
-    for (size_t i = 0; i < future.size(); ++i) {
-      fits[i] = fits_node(static_cast<int32_t>(i));
-      fitting += fits[i];
-    }
-    int placements = 0;
+    Future future(*this, *job.resources, kMaxPlacements);
     Placement placement;
     absl::Time at = now_;
-    // The gang is placed over the nodes that take a share only: a
-    // placement costs about those, not the fleet.
-    std::vector<NodeCapacity> candidates;
-    auto try_place = [&]() {
-      if (fitting < req.nodes() || placements >= kMaxPlacements) return false;
-      ++placements;
-      candidates.clear();
-      for (size_t i = 0; i < future.size(); ++i) {
-        if (fits[i]) candidates.push_back(future[i]);
-      }
-      return PlaceGang(candidates, req, &placement, nullptr);
-    };
-    bool placed = try_place();
+    bool placed = future.Place(&placement);
     for (size_t e = 0; !placed && e < ends_.size(); ++e) {
       const End& end = ends_[e];
-      for (const NodeShare& share : end.shares) {
-        auto it = index_.find(share.node);
-        if (it == index_.end()) continue;
-        const int32_t n = it->second;
-        Release(&future[n], share);
-        if (!fits[n] && fits_node(n)) {
-          fits[n] = true;
-          ++fitting;
-        }
-      }
+      future.Change(end.shares, /*undo=*/false);
       at = end.at;
       // Jobs ending at the same moment are given back together.
       if (e + 1 < ends_.size() && ends_[e + 1].at == at) continue;
-      placed = try_place();
+      placed = future.Place(&placement);
     }
     if (!placed) return false;
     out->job_id = job.job_id;
@@ -575,12 +521,8 @@ class Reserver {
     out->user = job.user;
     out->gpus_by_model.clear();
     for (const NodeShare& share : placement.shares) {
-      const NodeInfo& info = *current_[index_[share.node]].info;
-      for (int32_t index : share.gpu_indices) {
-        for (const NodeInfo::Gpu& gpu : info.gpus) {
-          if (gpu.index == index) ++out->gpus_by_model[gpu.model];
-        }
-      }
+      AddGpuModels(*current_[index_[share.node]].info, share.gpu_indices,
+                   &out->gpus_by_model);
     }
     out->priority = RankOf(job);
     out->submit_seq = job.submit_seq;
@@ -607,6 +549,71 @@ class Reserver {
   }
 
  private:
+  // What the pass has left, copied, on which shares are given back (or
+  // taken again), keeping which nodes take one share of `req` and how many:
+  // a gang is placed over those only, so a placement costs about them,
+  // not the fleet.
+  class Future {
+   public:
+    Future(const Reserver& r, const v1::ResourceRequest& req,
+           int max_placements)
+        : index_(r.index_),
+          req_(req),
+          nodes_(r.current_),
+          share_fit_(*r.fleet_, req),
+          fits_(nodes_.size(), false),
+          max_placements_(max_placements) {
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        fits_[i] = Fits(static_cast<int32_t>(i));
+        fitting_ += fits_[i];
+      }
+    }
+    // Gives back what `shares` hold (or, with `undo`, takes it again).
+    void Change(const std::vector<NodeShare>& shares, bool undo) {
+      for (const NodeShare& share : shares) {
+        auto it = index_.find(share.node);
+        if (it == index_.end()) continue;
+        const int32_t n = it->second;
+        if (undo) {
+          Consume(&nodes_[n], share);
+        } else {
+          Release(&nodes_[n], share);
+        }
+        const bool f = Fits(n);
+        fitting_ += static_cast<int32_t>(f) - static_cast<int32_t>(fits_[n]);
+        fits_[n] = f;
+      }
+    }
+    // Places the gang over the nodes that fit; false when too few do, or
+    // after max_placements tries.
+    bool Place(Placement* out) {
+      if (fitting_ < req_.nodes() || placements_ >= max_placements_) {
+        return false;
+      }
+      ++placements_;
+      candidates_.clear();
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        if (fits_[i]) candidates_.push_back(nodes_[i]);
+      }
+      return PlaceGang(candidates_, req_, out, nullptr);
+    }
+    void ResetPlacements() { placements_ = 0; }
+
+   private:
+    bool Fits(int32_t n) {
+      return nodes_[n].unavailable.empty() && share_fit_(nodes_[n], n);
+    }
+    const std::unordered_map<std::string, int32_t>& index_;
+    const v1::ResourceRequest& req_;
+    std::vector<NodeCapacity> nodes_;
+    ShareFit share_fit_;
+    std::vector<bool> fits_;
+    int32_t fitting_ = 0;
+    int placements_ = 0;
+    const int max_placements_;
+    std::vector<NodeCapacity> candidates_;
+  };
+
   // Each placement runs over nodes that all fit, so the first succeeds
   // unless the request constrains topology; this bounds the rest.
   static constexpr int kMaxPlacements = 8;
@@ -829,14 +836,8 @@ class PolicyGate {
     std::map<std::string, int64_t> by_model;
     for (const NodeShare& share : shares) {
       auto it = infos_.find(share.node);
-      if (it == infos_.end()) continue;
-      for (int32_t index : share.gpu_indices) {
-        for (const NodeInfo::Gpu& gpu : it->second->gpus) {
-          if (gpu.index == index) {
-            ++by_model[gpu.model];
-            break;
-          }
-        }
+      if (it != infos_.end()) {
+        AddGpuModels(*it->second, share.gpu_indices, &by_model);
       }
     }
     return by_model;

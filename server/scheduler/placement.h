@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "server/scheduler/queue_policy.h"
 #include "xl/v1/job.pb.h"
 #include "xl/v1/node.pb.h"
@@ -267,6 +268,11 @@ inline double RankOf(const JobRequest& job) {
 
 // Runs one scheduling pass over `queue` (any order; sorted here).
 Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue);
+
+// Counts the GPUs with these index values by model into `by_model`
+// ("unknown" for an index the node does not have).
+void AddGpuModels(const NodeInfo& info, absl::Span<const int32_t> indices,
+                  std::map<std::string, int64_t>* by_model);
 
 // "2 nodes x (2 GPUs >= 80 GiB, 4 CPUs, 1 TiB NVMe)": a request in words.
 std::string DescribeRequest(const v1::ResourceRequest& req);

@@ -54,17 +54,10 @@ std::map<std::string, int64_t> NodeTable::GpuModelsOf(
   std::map<std::string, int64_t> out;
   for (const v1::Allocation& a : job.allocations()) {
     const NodeRecord* node = Find(a.node());
-    for (int32_t index : a.gpu_indices()) {
-      const std::string* model = nullptr;
-      if (node != nullptr && node->info != nullptr) {
-        for (const auto& gpu : node->info->gpus) {
-          if (gpu.index == index) {
-            model = &gpu.model;
-            break;
-          }
-        }
-      }
-      ++out[model != nullptr ? *model : std::string("unknown")];
+    if (node != nullptr && node->info != nullptr) {
+      scheduler::AddGpuModels(*node->info, a.gpu_indices(), &out);
+    } else {
+      out["unknown"] += a.gpu_indices_size();
     }
   }
   return out;

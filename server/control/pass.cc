@@ -1,0 +1,285 @@
+// The scheduling pass as the controller runs it: the snapshot of the
+// model a pass (or a dry run) decides on, and the decisions applied to the
+// model afterwards (starts checked again, preemptions, reservations and
+// reasons kept for readers).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/duration.h"
+#include "server/control/controller.h"
+
+namespace xl::control {
+
+void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
+                               std::vector<scheduler::JobRequest>* queue) {
+  const absl::Time now = clock_->MonotonicNow();
+  const absl::Time mono_now = now;
+  const absl::Time wall_now = clock_->Now();
+  // Jobs whose dependencies can never succeed end FAILED after the scan
+  // (ending one changes the pending index being walked).
+  std::vector<std::pair<int64_t, std::string>> unsatisfiable;
+  // Effective priorities: fair share per (queue, user), computed once.
+  const ShareInputs& shares = Shares();
+  const scheduler::FairShare fs(shares.weights, shares.queue_usage,
+                                shares.user_usage, shares.active_users);
+  std::map<std::pair<std::string, std::string>, double> factors;
+  auto add = [&](const JobRecord* rec) {
+    if (rec == nullptr || rec->job.state() != v1::PENDING) return;
+    if (rec->eligible_mono > now) {
+      next_eligible_mono_ = std::min(next_eligible_mono_, rec->eligible_mono);
+      return;
+    }
+    if (rec->job.spec().after_ok_size() > 0) {
+      std::string failed;
+      if (!DependencyWait(*rec, &failed).empty()) return;
+      if (!failed.empty()) {
+        unsatisfiable.emplace_back(rec->id, std::move(failed));
+        return;
+      }
+    }
+    // A topology limit with a wait (--switches=N@wait) relaxes after it.
+    if (rec->relaxed == nullptr && SwitchLimitRelaxed(*rec, wall_now)) {
+      v1::ResourceRequest relaxed = rec->job.spec().resources();
+      relaxed.set_max_switches(0);
+      relaxed.clear_max_switches_wait();
+      jobs_.Find(rec->id)->relaxed = jobs_.Intern(relaxed);
+    }
+    auto [f, added] =
+        factors.emplace(std::make_pair(rec->as_request.queue,
+                                       rec->as_request.user),
+                        0.0);
+    if (added) f->second = fs.Factor(f->first.first, f->first.second);
+    queue->push_back(QueueEntry(*rec, f->second, wall_now, now));
+  };
+  full_pass_ = capacity_freed_;
+  if (capacity_freed_) {
+    queue->reserve(jobs_.pending().size());
+    for (const auto& [key, rec] : jobs_.pending()) add(rec);
+  } else {
+    for (int64_t id : new_pending_) add(jobs_.Find(id));
+  }
+  capacity_freed_ = false;
+  new_pending_.clear();
+  for (auto& [id, why] : unsatisfiable) {
+    if (JobRecord* rec = jobs_.Find(id)) EndJob(rec, v1::FAILED, why);
+  }
+  if (queue->empty()) return;
+  SnapshotCluster(fs, snapshot);
+  for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
+  for (auto it = preempting_.begin(); it != preempting_.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    preempt_holds_.erase(it->first);
+    it = preempting_.erase(it);
+  }
+  // A full pass decides reservations again, but a preemptor's claim on
+  // what its victims free stands, or whoever ranks first when those nodes
+  // free (a victim requeued above it, say) takes them.
+  if (full_pass_) {
+    for (auto it = preempt_holds_.begin(); it != preempt_holds_.end();) {
+      const JobRecord* rec = jobs_.Find(it->first);
+      if (rec == nullptr || rec->job.state() != v1::PENDING) {
+        preempting_.erase(it->first);
+        it = preempt_holds_.erase(it);
+        continue;
+      }
+      snapshot->holds.push_back(it->second.reservation);
+      snapshot->holds.back().priority = EffectiveOf(
+          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()), wall_now);
+      ++it;
+    }
+  }
+  // A full pass decides reservations again; a pass over new jobs keeps
+  // those of jobs still pending.
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    int64_t id = 0;
+    const JobRecord* rec =
+        absl::SimpleAtoi(it->first, &id) ? jobs_.Find(id) : nullptr;
+    if (rec == nullptr || rec->job.state() != v1::PENDING) {
+      // Its nodes are free for others, and the next job may now get a
+      // reservation: the next pass looks at the whole queue.
+      it = reservations_.erase(it);
+      capacity_freed_ = true;
+      pass_needed_ = true;
+      continue;
+    }
+    if (!full_pass_) {
+      // Ranked by what the job's effective priority is now, as the jobs it
+      // is compared with.
+      snapshot->holds.push_back(it->second.reservation);
+      snapshot->holds.back().priority = EffectiveOf(
+          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()), wall_now);
+    }
+    ++it;
+  }
+}
+
+void Controller::SnapshotCluster(const scheduler::FairShare& fs,
+                                 scheduler::ClusterSnapshot* snapshot) const {
+  const absl::Time mono_now = clock_->MonotonicNow();
+  const absl::Time wall_now = clock_->Now();
+  snapshot->nodes.reserve(nodes_.all().size());
+  for (const auto& [name, node] : nodes_.all()) {
+    const scheduler::NodeCapacity* cap = ledger_.Capacity(name);
+    if (cap == nullptr || node.info == nullptr) continue;
+    snapshot->nodes.push_back(*cap);
+    snapshot->nodes.back().unavailable = state::NodeTable::Unavailable(node);
+  }
+  for (int64_t id : jobs_.active()) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr) continue;
+    scheduler::RunningGang gang;
+    gang.job_id = rec->job.id();
+    gang.priority = rec->job.spec().priority();
+    gang.queue = rec->job.spec().queue();
+    gang.user = rec->job.user();
+    for (const auto& a : rec->job.allocations()) {
+      gang.nodes.push_back(a.node());
+      gang.gpus += a.gpu_indices_size();
+      // What the ledger still holds for it there (ranks that ended early
+      // gave theirs back already, and may not be given back twice); only
+      // reservations and preemption read it.
+      if (opts_.reservations == 0 && !opts_.preemption) continue;
+      if (const state::Hold* hold =
+              ledger_.FindHold(a.node(), id, rec->job.attempt())) {
+        gang.shares.push_back(hold->share);
+      }
+    }
+    absl::Duration limit = FromProto(rec->job.spec().time_limit());
+    if (limit > absl::ZeroDuration()) {
+      // On the clock the limit is enforced by (monotonic), moved to the
+      // wall clock estimates are shown in: a clock step moves both alike.
+      gang.expected_end =
+          rec->start_mono != absl::InfinitePast()
+              ? wall_now + (limit - (mono_now - rec->start_mono))
+              : FromProto(rec->job.start_time()) + limit;
+    }
+    if (rec->start_mono != absl::InfinitePast()) {
+      gang.ran = std::max(absl::ZeroDuration(), mono_now - rec->start_mono);
+    }
+    const absl::Duration grace = FromProto(rec->job.spec().grace_period());
+    gang.grace = grace > absl::ZeroDuration() ? grace : absl::Seconds(10);
+    gang.rank = scheduler::EffectivePriority(
+        gang.priority, fs.Factor(gang.queue, gang.user), absl::ZeroDuration(),
+        opts_.priority_weights);
+    if (opts_.preemption && !rec->stopping &&
+        (!rec->job.spec().has_preemptible() ||
+         rec->job.spec().preemptible().value())) {
+      const v1::QueueSpec* q = QueueSpecOf(gang.queue);
+      gang.preemptible =
+          q == nullptr || gang.ran >= FromProto(q->min_runtime());
+    }
+    scheduler::QueueUsage& usage = snapshot->queues[gang.queue];
+    ++usage.running_jobs;
+    usage.gpus_in_use += gang.gpus;
+    if (policies_.count(gang.queue) > 0) {
+      for (const auto& [model, n] : nodes_.GpuModelsOf(rec->job)) {
+        usage.gpus_by_model[model] += n;
+      }
+      usage.user_gpus[gang.user] += gang.gpus;
+    }
+    snapshot->running.push_back(std::move(gang));
+  }
+  snapshot->now = wall_now;
+  snapshot->policies = policies_;
+  snapshot->preemption = opts_.preemption;
+  snapshot->preempt_across_queues = opts_.preempt_across_queues;
+  snapshot->max_reservations = opts_.reservations;
+}
+
+void Controller::ApplyDecisions(scheduler::Decisions decisions,
+                                uint64_t generation) {
+  if (generation != generation_ || degraded_) {
+    // The model was rebuilt while the pass ran: decide again.
+    capacity_freed_ = true;
+    pass_needed_ = true;
+    return;
+  }
+  // Reasons are kept per class (every job of a class waits for the same
+  // thing) and shown when someone looks: a pass touches the jobs it starts,
+  // not the ones it leaves waiting.
+  if (full_pass_) {
+    class_reasons_.clear();
+    reservations_.clear();
+    job_reasons_.clear();
+    fragmented_gpus_ = std::max<int64_t>(0, decisions.fragmented_gpus);
+  }
+  for (auto& [job_id, reason] : decisions.job_reasons) {
+    job_reasons_[job_id] = std::move(reason);
+  }
+  for (auto& [request, reason] : decisions.class_reasons) {
+    class_reasons_[request.get()] = {request, reason};
+  }
+  for (const std::string& id : decisions.dropped_holds) {
+    // It no longer stands (a node gone, or taken by a job that outranks
+    // it): decide again over the whole queue. A preemptor's claim goes
+    // too (it still waits for its victims), or every full pass would
+    // bring it back and drop it again.
+    reservations_.erase(id);
+    preempt_holds_.erase(state::JobTable::ParseId(id));
+    capacity_freed_ = true;
+    pass_needed_ = true;
+  }
+  if (!decisions.reservations.empty()) {
+    std::map<std::string, std::shared_ptr<const std::string>> reasons;
+    for (auto& [job_id, reason] : decisions.waiting) {
+      if (reason != nullptr) reasons.emplace(job_id, reason);
+    }
+    for (auto& r : decisions.reservations) {
+      const std::string id = r.job_id;
+      reservations_[id] = {std::move(r), reasons[id]};
+    }
+  }
+  for (const scheduler::Preemption& p : decisions.preemptions) {
+    JobRecord* victim = jobs_.Find(p.victim);
+    const JobRecord* preemptor = jobs_.Find(p.for_job);
+    // Either may have ended, been cancelled or stopped while the pass ran.
+    if (victim == nullptr || victim->stopping ||
+        !state::JobTable::IsActive(victim->job.state()) ||
+        preemptor == nullptr || preemptor->job.state() != v1::PENDING) {
+      continue;
+    }
+    absl::Duration grace = FromProto(victim->job.spec().grace_period());
+    if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
+    victim->job.set_preempted_by(p.for_job);
+    FailAttempt(victim, p.reason, /*spend_retry=*/false,
+                absl::ZeroDuration(), /*preempted=*/true);
+    // Its next attempt waits until this one has surely stopped (its grace
+    // and a heartbeat): two attempts never write one checkpoint at once.
+    const absl::Time mono = clock_->MonotonicNow();
+    victim->eligible_mono = std::max(
+        victim->eligible_mono, mono + grace + opts_.heartbeat_interval);
+    const int64_t for_id = state::JobTable::ParseId(p.for_job);
+    absl::Time& until = preempting_[for_id];
+    until = std::max(until, mono + grace + opts_.heartbeat_timeout);
+    // Its claim, as this pass reserved it (with its reason) above.
+    if (auto r = reservations_.find(p.for_job); r != reservations_.end()) {
+      preempt_holds_[for_id] = r->second;
+    }
+  }
+  for (auto& [job_id, placement] : decisions.starts) {
+    JobRecord* rec = jobs_.Find(job_id);
+    if (rec == nullptr || rec->job.state() != v1::PENDING) continue;
+    // The model moved on while the pass ran (a node left, a rank started
+    // elsewhere): check again, and leave the job for the next pass.
+    bool ok = ledger_.Fits(placement);
+    for (const auto& share : placement.shares) {
+      const NodeRecord* node = nodes_.Find(share.node);
+      if (node == nullptr || !state::NodeTable::Unavailable(*node).empty()) {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      capacity_freed_ = true;
+      pass_needed_ = true;
+      continue;
+    }
+    StartJob(rec, placement);
+  }
+}
+
+}  // namespace xl::control
