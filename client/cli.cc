@@ -70,7 +70,9 @@ std::string ResolveUser(const std::string& flag) {
 // The targets of flags whose presence matters.
 struct CommandLine::Flags {
   std::string name, queue, time_limit;
-  int32_t priority = 0, nodes = 0, ranks_per_node = 0, gpus_per_node = 0,
+  // --nodes: "4", or "2-8" for an elastic job (as sbatch -N).
+  std::string nodes;
+  int32_t priority = 0, ranks_per_node = 0, gpus_per_node = 0,
           max_retries = 0, rank = 0;
   std::string wait_timeout, top_interval;
   CLI::Option* name_opt = nullptr;
@@ -197,8 +199,21 @@ CommandLine::CommandLine()
   f.queue_opt = submit->add_option("--queue", f.queue, "queue (project)");
   f.priority_opt = submit->add_option("--priority", f.priority,
                                       "priority; higher runs first");
-  f.nodes_opt = submit->add_option("--nodes", f.nodes, "number of nodes")
-                    ->check(CLI::NonNegativeNumber);
+  f.nodes_opt =
+      submit
+          ->add_option("--nodes", f.nodes,
+                       "number of nodes, or MIN-MAX for an elastic job (it "
+                       "starts on as many as fit, at least MIN, and grows "
+                       "to MAX; README \"Elastic jobs\")")
+          ->check(CLI::Validator(
+              [](std::string& text) -> std::string {
+                int32_t lo = 0, hi = 0;
+                return ParseNodeRange(text, &lo, &hi)
+                           ? std::string()
+                           : "give a number of nodes such as 4, or a range "
+                             "MIN-MAX such as 2-8";
+              },
+              "N|MIN-MAX"));
   f.ranks_per_node_opt =
       submit
           ->add_option("--ranks-per-node", f.ranks_per_node,
@@ -615,7 +630,12 @@ void CommandLine::Resolve() {
   if (f.name_opt->count() > 0) o.name = f.name;
   if (f.queue_opt->count() > 0) o.queue = f.queue;
   if (f.priority_opt->count() > 0) o.priority = f.priority;
-  if (f.nodes_opt->count() > 0) o.nodes = f.nodes;
+  if (f.nodes_opt->count() > 0) {
+    int32_t lo = 0, hi = 0;
+    ParseNodeRange(f.nodes, &lo, &hi);
+    o.nodes = hi;
+    o.min_nodes = lo == hi ? 0 : lo;
+  }
   if (f.ranks_per_node_opt->count() > 0) o.ranks_per_node = f.ranks_per_node;
   if (f.gpus_per_node_opt->count() > 0) o.gpus_per_node = f.gpus_per_node;
   if (f.max_retries_opt->count() > 0) o.max_retries = f.max_retries;

@@ -25,6 +25,24 @@ absl::StatusOr<xl::v1::JobSpec> LoadJobFile(const std::string& path) {
   return spec;
 }
 
+bool ParseNodeRange(const std::string& text, int32_t* min, int32_t* max) {
+  const size_t dash = text.find('-');
+  if (dash == std::string::npos) {
+    if (!absl::SimpleAtoi(text, max) || *max < 0) return false;
+    *min = *max;
+    return true;
+  }
+  // Digits only on each side ("+2" and " 2" are no counts).
+  const std::string lo = text.substr(0, dash), hi = text.substr(dash + 1);
+  for (const std::string& side : {lo, hi}) {
+    if (side.empty() || side.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+  }
+  return absl::SimpleAtoi(lo, min) && absl::SimpleAtoi(hi, max) && *min >= 1 &&
+         *min <= *max;
+}
+
 absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view flag,
                                                  absl::string_view value) {
   absl::Duration d;
@@ -52,6 +70,7 @@ absl::Status ApplyOverrides(const JobOverrides& overrides,
   if (overrides.max_retries) spec->set_max_retries(*overrides.max_retries);
   xl::v1::ResourceRequest* resources = spec->mutable_resources();
   if (overrides.nodes) resources->set_nodes(*overrides.nodes);
+  if (overrides.min_nodes) resources->set_min_nodes(*overrides.min_nodes);
   if (overrides.ranks_per_node) {
     resources->set_ranks_per_node(*overrides.ranks_per_node);
   }

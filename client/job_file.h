@@ -19,6 +19,10 @@
 
 namespace xl::client {
 
+// "4" (4 and 4) or "2-8" (2 and 8): --nodes. False unless 1 <= min <=
+// max in a range (a single number may be 0: the default).
+bool ParseNodeRange(const std::string& text, int32_t* min, int32_t* max);
+
 // The fields `xlctl submit` can set from the command line. An unset optional
 // leaves the job file's value alone.
 struct JobOverrides {
@@ -26,6 +30,8 @@ struct JobOverrides {
   std::optional<std::string> queue;
   std::optional<int32_t> priority;
   std::optional<int32_t> nodes;
+  // With nodes: an elastic job's minimum (0: not elastic).
+  std::optional<int32_t> min_nodes;
   std::optional<int32_t> ranks_per_node;
   std::optional<int32_t> gpus_per_node;
   std::optional<int32_t> max_retries;

@@ -378,7 +378,22 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
   if (!spec.working_dir().empty()) block.Add("Working dir", spec.working_dir());
   std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
   block.Add("Env", absl::StrJoin(env, " ", absl::PairFormatter("=")));
-  block.Add("Nodes", absl::StrCat(r.nodes()));
+  if (r.min_nodes() > 0 && r.min_nodes() < r.nodes()) {
+    block.Add("Nodes",
+              absl::StrCat(r.min_nodes(), "-", r.nodes(), " (elastic",
+                           job.allocations_size() > 0
+                               ? absl::StrCat(", running on ",
+                                              job.allocations_size())
+                               : std::string(),
+                           job.resizes() > 0
+                               ? absl::StrCat(", grown ", job.resizes(),
+                                              job.resizes() == 1 ? " time"
+                                                                 : " times")
+                               : std::string(),
+                           ")"));
+  } else {
+    block.Add("Nodes", absl::StrCat(r.nodes()));
+  }
   block.Add("Ranks per node", absl::StrCat(RanksPerNode(r)));
   block.Add("GPUs per node", absl::StrCat(r.gpus_per_node()));
   if (r.min_gpu_memory_bytes() > 0) {

@@ -151,6 +151,36 @@ absl::Status MessageNodeToJson(const YAML::Node& node,
       NodeToJson(kv.second, out);  // The parser reports the unknown field.
       continue;
     }
+    // An elastic job's nodes as a range: "nodes: {min: 2, max: 8}" is
+    // "nodes: 8, min_nodes: 2" (ResourceRequest only).
+    const auto* min_field =
+        message->full_name() == "xl.v1.ResourceRequest" && key == "nodes"
+            ? message->FindFieldByName("min_nodes")
+            : nullptr;
+    if (kv.second.IsMap() && min_field != nullptr) {
+      const std::string where = path.empty() ? key : path + "." + key;
+      const YAML::Node lo = kv.second["min"], hi = kv.second["max"];
+      auto count = [](const YAML::Node& n) {
+        const std::string& s = n.Scalar();
+        return n.IsScalar() && !s.empty() && s.size() <= 9 &&
+               s.find_first_not_of("0123456789") == std::string::npos;
+      };
+      if (kv.second.size() != 2 || !lo || !hi || !count(lo) || !count(hi) ||
+          std::stoi(lo.Scalar()) < 1 ||
+          std::stoi(lo.Scalar()) > std::stoi(hi.Scalar()) ||
+          node["min_nodes"] || node["minNodes"]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where,
+            ": give a number, or a range as {min: 2, max: 8} (1 <= min <= "
+            "max, and no min_nodes beside it)"));
+      }
+      *out += hi.Scalar();
+      *out += ",";
+      *out += JsonQuote(min_field->json_name());
+      *out += ":";
+      *out += lo.Scalar();
+      continue;
+    }
     absl::Status status =
         TypedNodeToJson(kv.second, field, path.empty() ? key : path + "." + key,
                         /*element=*/false, out);

@@ -201,7 +201,20 @@ int main(int argc, char** argv) {
                  "quotas, ...}]}, see README \"Queues and fair share\") created or updated "
                  "at start; queues it does not name are left as they are")
       ->check(CLI::ExistingFile);
-  std::string half_life = "7d", max_age = "7d";
+  std::string half_life = "7d", max_age = "7d", grow_after = "10m";
+  app.add_option("--elastic-grow-after", grow_after,
+                 "an elastic job (resources.min_nodes) running on fewer nodes "
+                 "than it asked for grows onto free nodes once its attempt "
+                 "has run this long (each resize restarts it from its "
+                 "checkpoint, so not too often; never: elastic jobs do not "
+                 "grow)")
+      ->capture_default_str();
+  app.add_option("--estimate-jobs", opts.controller.estimate_jobs,
+                 "every minute, on a thread of its own, estimate when the "
+                 "first N pending jobs start (xlctl get: Estimated start); "
+                 "0: only jobs with a reservation have one")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   xl::scheduler::PriorityWeights& weights = opts.controller.priority_weights;
   app.add_option("--fair-share-half-life", half_life,
                  "GPU usage counts half after this long (Slurm's "
@@ -322,7 +335,13 @@ int main(int argc, char** argv) {
   for (auto [flag, text, out] :
        {std::make_tuple("--fair-share-half-life", &half_life,
                         &weights.half_life),
-        std::make_tuple("--max-age", &max_age, &weights.max_age)}) {
+        std::make_tuple("--max-age", &max_age, &weights.max_age),
+        std::make_tuple("--elastic-grow-after", &grow_after,
+                        &opts.controller.elastic_grow_after)}) {
+    if (out == &opts.controller.elastic_grow_after && *text == "never") {
+      *out = absl::InfiniteDuration();
+      continue;
+    }
     if (!days_or_duration(*text, out)) {
       return Fail(absl::StrCat(flag, ": '", *text,
                                "' is not a positive duration; give one such "

@@ -53,11 +53,24 @@ void Controller::CloseAttempt(JobRecord* rec) {
   rendezvous_.Close(job.id());
 }
 
-void Controller::StartJob(JobRecord* rec, const scheduler::Placement& placement) {
+void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
   v1::Job& job = rec->job;
   const auto& res = job.spec().resources();
   const int rpn = res.ranks_per_node();
-  job.set_world_size(res.nodes() * rpn);
+  // Rank 0 stays on the node it was on where that node is in the new
+  // placement (the ring rotated): a checkpoint rank 0 wrote to the node's
+  // scratch is found again after a requeue or an elastic resize.
+  if (!rec->last_first_node.empty()) {
+    auto first = std::find_if(
+        placement.shares.begin(), placement.shares.end(),
+        [&](const scheduler::NodeShare& s) {
+          return s.node == rec->last_first_node;
+        });
+    std::rotate(placement.shares.begin(), first, placement.shares.end());
+  }
+  rec->restart_request.reset();
+  // An elastic job's world is the nodes it got.
+  job.set_world_size(static_cast<int32_t>(placement.shares.size()) * rpn);
   job.clear_allocations();
   job.clear_rank_exits();
   std::vector<std::string> names;
@@ -239,6 +252,9 @@ void Controller::FailAttempt(JobRecord* rec, const std::string& why,
           : absl::StrCat(why, "; requeued as attempt ", job.attempt() + 1,
                          " without spending a retry");
   CloseAttempt(rec);
+  if (job.allocations_size() > 0) {
+    rec->last_first_node = job.allocations(0).node();
+  }
   if (spend_retry) job.set_retries_used(used + 1);
   job.set_attempt(job.attempt() + 1);
   job.clear_allocations();

@@ -227,6 +227,25 @@ void Controller::Start() {
       wake_ = true;
     }
   });
+  if (opts_.estimate_jobs > 0 &&
+      opts_.estimate_interval < absl::InfiniteDuration()) {
+    estimator_ = std::thread([this] {
+      absl::Duration slept = absl::ZeroDuration();
+      while (true) {
+        // Short relative sleeps: Stop is prompt, a clock step harmless.
+        constexpr absl::Duration kStep = absl::Milliseconds(100);
+        absl::SleepFor(kStep);
+        slept += kStep;
+        {
+          absl::MutexLock lock(&mu_);
+          if (stop_) return;
+        }
+        if (slept < opts_.estimate_interval) continue;
+        slept = absl::ZeroDuration();
+        EstimateStarts();
+      }
+    });
+  }
 }
 
 void Controller::Stop() {
@@ -237,6 +256,7 @@ void Controller::Stop() {
   }
   if (loop_.joinable()) loop_.join();
   if (ticker_.joinable()) ticker_.join();
+  if (estimator_.joinable()) estimator_.join();
   rendezvous_.CloseAll();
 }
 
@@ -315,7 +335,7 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
   }
   if (now >= next_periodic_pass_mono_) {
     next_periodic_pass_mono_ = now + opts_.periodic_pass;
-    if (!jobs_.pending().empty()) {
+    if (!jobs_.pending().empty() || AnyElasticShort()) {
       capacity_freed_ = true;
       pass_needed_ = true;
     }
@@ -330,8 +350,7 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
   // the new jobs would jump it: wait for the next full pass instead.
   if (capacity_freed_ && now < next_full_pass_mono_) return false;
   pass_needed_ = false;
-  BuildSnapshot(snapshot, queue);
-  return !queue->empty();
+  return BuildSnapshot(snapshot, queue);
 }
 
 void Controller::ProcessDisconnects() {

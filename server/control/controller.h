@@ -110,6 +110,16 @@ struct ControllerOptions {
   // own queue, or of any queue with preempt_across_queues.
   bool preemption = true;
   bool preempt_across_queues = false;
+  // An elastic job on fewer nodes than it asked for grows (a new attempt on
+  // more nodes) once its attempt has run this long, at most max_grows jobs
+  // a full pass.
+  absl::Duration elastic_grow_after = absl::Minutes(10);
+  int max_grows = 4;
+  // Every this often (in a thread of its own, started by Start), the first
+  // estimate_jobs pending jobs in rank order get an estimated start (0:
+  // none beyond the pass's reservations).
+  absl::Duration estimate_interval = absl::Minutes(1);
+  int estimate_jobs = 1000;
   // A full pass runs at least this often while jobs are pending, even when
   // nothing changed: fair share and age move, minimum runtimes run out
   // (Slurm's sched_interval).
@@ -137,6 +147,10 @@ class Controller {
   void Stop();
   // Runs one round of the event loop now (for tests with a fake clock).
   void Tick();
+  // Estimates when the pending jobs start (the estimator thread calls it
+  // every estimate_interval; tests call it directly). The pass is computed
+  // without the lock: API calls and passes go on meanwhile.
+  void EstimateStarts();
 
   // OK, or UNAVAILABLE saying why the scheduler takes no writes now.
   absl::Status Writable();
@@ -224,9 +238,23 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyDecisions(scheduler::Decisions decisions, uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
+  // False when there is nothing to decide (no job to place, no elastic
+  // job to grow).
+  bool BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
                      std::vector<scheduler::JobRequest>* queue)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pending jobs a full pass sees (not fenced, not waiting for their
+  // after_ok), as it sees them; and the cluster with its preemptors' holds.
+  void FullPassQueue(const scheduler::FairShare& fs,
+                     std::vector<scheduler::JobRequest>* queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FullPassSnapshot(const scheduler::FairShare& fs,
+                        const std::vector<scheduler::JobRequest>& queue,
+                        scheduler::ClusterSnapshot* snapshot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a running elastic job has fewer nodes than it asked for (full
+  // passes then run periodically even with nothing pending, to grow it).
+  bool AnyElasticShort() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The cluster side of a snapshot: nodes, running gangs, usage, policies
   // and options (no queue, no holds). Changes nothing.
   void SnapshotCluster(const scheduler::FairShare& fs,
@@ -267,7 +295,7 @@ class Controller {
   absl::StatusOr<v1::JobEvent> Transition(JobRecord* rec, v1::JobState to,
                                           const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartJob(JobRecord* rec, const scheduler::Placement& placement)
+  void StartJob(JobRecord* rec, scheduler::Placement placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // StopJob for the current attempt to every connected node of the job.
   Sends StopMessages(const JobRecord& rec, const std::string& why)
@@ -471,6 +499,9 @@ class Controller {
   // Their claims on the nodes the victims free, held in every pass (full
   // ones too) until they start or the wait above ends.
   std::map<int64_t, Reserved> preempt_holds_ ABSL_GUARDED_BY(mu_);
+  // Estimated starts of pending jobs (wall clock), from the last
+  // EstimateStarts.
+  std::map<int64_t, absl::Time> estimates_ ABSL_GUARDED_BY(mu_);
   // A dry run's pass is being computed (one at a time).
   bool dry_run_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   // Decisions::fragmented_gpus of the last full pass (0 when none waited).
@@ -525,6 +556,8 @@ class Controller {
       ABSL_GUARDED_BY(listeners_mu_);
 
   std::thread loop_;
+  // Runs EstimateStarts every estimate_interval, off the loop.
+  std::thread estimator_;
   // Wakes the loop every tick with a relative sleep: Abseil's timed waits
   // end at a wall-clock deadline, which a backward step would push out.
   std::thread ticker_;

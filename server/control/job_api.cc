@@ -1,6 +1,7 @@
 // The JobService side of the controller: submit, read, list, cancel, queue
 // summary, events, metrics, planning. Readers see committed state only.
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -56,6 +57,15 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
       }
       *job.mutable_estimated_start_time() =
           ToProtoTime(reserved->second.reservation.start);
+    }
+    // Jobs without a reservation of their own: the last estimate, never
+    // before now.
+    if (!job.has_estimated_start_time()) {
+      auto estimate = estimates_.find(rec.id);
+      if (estimate != estimates_.end()) {
+        *job.mutable_estimated_start_time() =
+            ToProtoTime(std::max(estimate->second, clock_->Now()));
+      }
     }
   }
   if (rec.job.has_metrics()) *job.mutable_metrics() = rec.job.metrics();
@@ -356,20 +366,8 @@ void Controller::DryRunJob(
       }
     }
     dry_run_in_flight_ = true;
-    // The queue a full pass would see (fenced and waiting jobs are not in
-    // it), as the pass sees it, and the job.
-    for (const auto& [key, rec] : jobs_.pending()) {
-      if (rec->eligible_mono > now) continue;
-      if (rec->job.spec().after_ok_size() > 0) {
-        std::string failed;
-        if (!DependencyWait(*rec, &failed).empty() || !failed.empty()) {
-          continue;
-        }
-      }
-      queue.push_back(QueueEntry(
-          *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()),
-          wall_now, now));
-    }
+    // The queue a full pass would see, as it sees it, and the job.
+    FullPassQueue(fs, &queue);
     scheduler::JobRequest job;
     job.job_id = kId;
     job.priority = spec.priority();
@@ -385,12 +383,7 @@ void Controller::DryRunJob(
         spec.priority(), fs.Factor(spec.queue(), user), absl::ZeroDuration(),
         opts_.priority_weights);
     queue.push_back(job);
-    SnapshotCluster(fs, &snapshot);
-    for (const auto& req : queue) ++snapshot.queues[req.queue].pending_jobs;
-    // Preemptors' claims stand, as in a full pass.
-    for (const auto& [id, held] : preempt_holds_) {
-      snapshot.holds.push_back(held.reservation);
-    }
+    FullPassSnapshot(fs, queue, &snapshot);
   }
   v1::SubmitJobResponse resp;
   v1::DryRun* out = resp.mutable_dry_run();
@@ -840,6 +833,25 @@ absl::Status Controller::SizeFromModel(v1::JobSpec* spec, v1::Plan* plan) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(*plan, PlanResources(model));
+  // A training job that gives no grace gets the time to write its
+  // checkpoint on SIGTERM: 10 s + twice the checkpoint at 1 GB/s (a
+  // node's share of a parallel file system, or one NVMe drive, with
+  // room), at most 10 min (a longer grace delays preemption and requeues;
+  // a job may ask for up to 1 h).
+  if (!spec->has_grace_period() && plan->checkpoint_bytes() > 0) {
+    constexpr double kWriteBytesPerSecond = 1e9;
+    const int64_t seconds = std::min<int64_t>(
+        600, 10 + static_cast<int64_t>(std::ceil(
+                       2 * static_cast<double>(plan->checkpoint_bytes()) /
+                       kWriteBytesPerSecond)));
+    spec->mutable_grace_period()->set_seconds(seconds);
+    plan->add_arithmetic(absl::StrCat(
+        "grace period (SIGTERM to SIGKILL, to checkpoint) = 10 s + 2 x ",
+        HumanBytes(plan->checkpoint_bytes()), " / 1 GB/s = ", seconds,
+        " s", seconds == 600 ? " (at most 10 min by default; give "
+                               "grace_period for longer)"
+                             : ""));
+  }
   auto* r = spec->mutable_resources();
   const uint64_t per_rank = plan->memory_per_gpu().total_bytes();
   if (model.gpu_model() == planner::kCpuDevice) {

@@ -57,7 +57,7 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
   shared["ROLE_WORLD_SIZE"] = absl::StrCat(job.world_size());
   shared["LOCAL_WORLD_SIZE"] = absl::StrCat(rpn);
   shared["GROUP_RANK"] = absl::StrCat(a.group_rank());
-  shared["GROUP_WORLD_SIZE"] = absl::StrCat(res.nodes());
+  shared["GROUP_WORLD_SIZE"] = absl::StrCat(job.allocations_size());
   shared["MASTER_ADDR"] = job.master_addr();
   shared["MASTER_PORT"] = absl::StrCat(job.master_port());
   shared["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(a.gpu_indices(), ",");

@@ -7,12 +7,25 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/duration.h"
 #include "server/control/controller.h"
 
 namespace xl::control {
 
-void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
+bool Controller::AnyElasticShort() const {
+  for (int64_t id : jobs_.active()) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec != nullptr && !rec->stopping &&
+        rec->job.spec().resources().min_nodes() > 0 &&
+        rec->job.allocations_size() < rec->job.spec().resources().nodes()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
                                std::vector<scheduler::JobRequest>* queue) {
   const absl::Time now = clock_->MonotonicNow();
   const absl::Time mono_now = now;
@@ -65,8 +78,11 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   for (auto& [id, why] : unsatisfiable) {
     if (JobRecord* rec = jobs_.Find(id)) EndJob(rec, v1::FAILED, why);
   }
-  if (queue->empty()) return;
+  // A full pass with nothing pending still grows elastic jobs.
+  const bool grow = full_pass_ && opts_.max_grows > 0 && AnyElasticShort();
+  if (queue->empty() && !grow) return false;
   SnapshotCluster(fs, snapshot);
+  if (grow) snapshot->max_grows = opts_.max_grows;
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
   for (auto it = preempting_.begin(); it != preempting_.end();) {
     if (it->second > now) {
@@ -116,6 +132,79 @@ void Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     }
     ++it;
   }
+  return true;
+}
+
+void Controller::FullPassQueue(const scheduler::FairShare& fs,
+                               std::vector<scheduler::JobRequest>* queue) {
+  const absl::Time now = clock_->MonotonicNow();
+  const absl::Time wall_now = clock_->Now();
+  // Fenced jobs and jobs waiting for their after_ok are not in it.
+  for (const auto& [key, rec] : jobs_.pending()) {
+    if (rec->eligible_mono > now) continue;
+    if (rec->job.spec().after_ok_size() > 0) {
+      std::string failed;
+      if (!DependencyWait(*rec, &failed).empty() || !failed.empty()) {
+        continue;
+      }
+    }
+    queue->push_back(QueueEntry(
+        *rec, fs.Factor(rec->job.spec().queue(), rec->job.user()), wall_now,
+        now));
+  }
+}
+
+void Controller::FullPassSnapshot(
+    const scheduler::FairShare& fs,
+    const std::vector<scheduler::JobRequest>& queue,
+    scheduler::ClusterSnapshot* snapshot) const {
+  SnapshotCluster(fs, snapshot);
+  for (const auto& req : queue) ++snapshot->queues[req.queue].pending_jobs;
+  // Preemptors' claims stand, as in a full pass.
+  for (const auto& [id, held] : preempt_holds_) {
+    snapshot->holds.push_back(held.reservation);
+  }
+}
+
+void Controller::EstimateStarts() {
+  scheduler::ClusterSnapshot snapshot;
+  std::vector<scheduler::JobRequest> queue;
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (degraded_ || jobs_.pending().empty() || opts_.estimate_jobs <= 0) {
+      estimates_.clear();
+      return;
+    }
+    const ShareInputs& shares = Shares();
+    const scheduler::FairShare fs(shares.weights, shares.queue_usage,
+                                  shares.user_usage, shares.active_users);
+    FullPassQueue(fs, &queue);
+    FullPassSnapshot(fs, queue, &snapshot);
+    generation = generation_;
+  }
+  // Every blocked job in rank order gets a reservation, as the first few
+  // do in a pass (the ends of running jobs and of the jobs reserved before
+  // it): nothing is held or started by it. Preemption would only move the
+  // estimates of the jobs a pass makes preempt (they have their own).
+  snapshot.max_reservations = opts_.estimate_jobs;
+  snapshot.preemption = false;
+  snapshot.max_grows = 0;
+  const absl::Time now = snapshot.now;
+  scheduler::Decisions d =
+      scheduler::Schedule(std::move(snapshot), std::move(queue));
+  absl::MutexLock lock(&mu_);
+  // The model was rebuilt meanwhile (a reload, a failed write): these
+  // estimates are of another state.
+  if (generation != generation_) return;
+  estimates_.clear();
+  for (const scheduler::Reservation& r : d.reservations) {
+    estimates_[state::JobTable::ParseId(r.job_id)] = r.start;
+  }
+  // Those that would start now start in the next pass.
+  for (const auto& [id, placement] : d.starts) {
+    estimates_[state::JobTable::ParseId(id)] = now;
+  }
 }
 
 void Controller::SnapshotCluster(const scheduler::FairShare& fs,
@@ -137,13 +226,15 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
     gang.priority = rec->job.spec().priority();
     gang.queue = rec->job.spec().queue();
     gang.user = rec->job.user();
+    const int32_t min_nodes = rec->job.spec().resources().min_nodes();
+    const bool elastic = min_nodes > 0;
     for (const auto& a : rec->job.allocations()) {
       gang.nodes.push_back(a.node());
       gang.gpus += a.gpu_indices_size();
       // What the ledger still holds for it there (ranks that ended early
       // gave theirs back already, and may not be given back twice); only
       // reservations and preemption read it.
-      if (opts_.reservations == 0 && !opts_.preemption) continue;
+      if (opts_.reservations == 0 && !opts_.preemption && !elastic) continue;
       if (const state::Hold* hold =
               ledger_.FindHold(a.node(), id, rec->job.attempt())) {
         gang.shares.push_back(hold->share);
@@ -172,6 +263,23 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
       const v1::QueueSpec* q = QueueSpecOf(gang.queue);
       gang.preemptible =
           q == nullptr || gang.ran >= FromProto(q->min_runtime());
+    }
+    if (elastic) {
+      gang.request = rec->request;
+      gang.min_nodes = min_nodes;
+      // Only while every node it has is connected and takes work: the
+      // restart must be able to stop every old rank, and would not get
+      // more than it has from a draining node.
+      bool nodes_ok = true;
+      for (const auto& a : rec->job.allocations()) {
+        const NodeRecord* node = nodes_.Find(a.node());
+        nodes_ok &= node != nullptr && node->conn != nullptr &&
+                    state::NodeTable::Unavailable(*node).empty();
+      }
+      gang.may_grow = nodes_ok && !rec->stopping &&
+                      rec->job.allocations_size() <
+                          rec->job.spec().resources().nodes() &&
+                      gang.ran >= opts_.elastic_grow_after;
     }
     scheduler::QueueUsage& usage = snapshot->queues[gang.queue];
     ++usage.running_jobs;
@@ -234,6 +342,31 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
       reservations_[id] = {std::move(r), reasons[id]};
     }
   }
+  // An elastic job that shrinks or grows waits, pending, for its own
+  // attempt to stop, holding the nodes it restarts on as a preemptor holds
+  // its victims' (through full passes, until it starts or the wait ends).
+  auto hold_for_restart = [&](JobRecord* rec, absl::Duration grace,
+                              const std::string& why) {
+    const absl::Time mono = clock_->MonotonicNow();
+    absl::Time& until = preempting_[rec->id];
+    until = std::max(until, mono + grace + opts_.heartbeat_timeout);
+    if (auto r = reservations_.find(rec->job.id()); r != reservations_.end()) {
+      r->second.reason = std::make_shared<const std::string>(why);
+      preempt_holds_[rec->id] = r->second;
+      // While it waits for its own ranks, it restarts on no fewer nodes
+      // than it holds (an old rank slow to let go would else make it start
+      // small, and grow again later).
+      v1::ResourceRequest at_least = rec->job.spec().resources();
+      at_least.set_min_nodes(std::max<int32_t>(
+          at_least.min_nodes(),
+          static_cast<int32_t>(r->second.reservation.nodes.size())));
+      rec->restart_request = jobs_.Intern(at_least);
+    }
+  };
+  auto grace_of = [](const JobRecord& rec) {
+    const absl::Duration grace = FromProto(rec.job.spec().grace_period());
+    return grace > absl::ZeroDuration() ? grace : absl::Seconds(10);
+  };
   for (const scheduler::Preemption& p : decisions.preemptions) {
     JobRecord* victim = jobs_.Find(p.victim);
     const JobRecord* preemptor = jobs_.Find(p.for_job);
@@ -243,8 +376,7 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
         preemptor == nullptr || preemptor->job.state() != v1::PENDING) {
       continue;
     }
-    absl::Duration grace = FromProto(victim->job.spec().grace_period());
-    if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
+    const absl::Duration grace = grace_of(*victim);
     victim->job.set_preempted_by(p.for_job);
     FailAttempt(victim, p.reason, /*spend_retry=*/false,
                 absl::ZeroDuration(), /*preempted=*/true);
@@ -253,6 +385,13 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
     const absl::Time mono = clock_->MonotonicNow();
     victim->eligible_mono = std::max(
         victim->eligible_mono, mono + grace + opts_.heartbeat_interval);
+    if (!p.keep_nodes.empty()) {
+      hold_for_restart(
+          victim, grace,
+          absl::StrCat("elastic, shrunk by job ", p.for_job,
+                       ": restarts on ", absl::StrJoin(p.keep_nodes, ", "),
+                       " once its ranks have stopped"));
+    }
     const int64_t for_id = state::JobTable::ParseId(p.for_job);
     absl::Time& until = preempting_[for_id];
     until = std::max(until, mono + grace + opts_.heartbeat_timeout);
@@ -260,6 +399,28 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
     if (auto r = reservations_.find(p.for_job); r != reservations_.end()) {
       preempt_holds_[for_id] = r->second;
     }
+  }
+  for (const scheduler::Grow& g : decisions.grows) {
+    JobRecord* rec = jobs_.Find(g.job_id);
+    // It may have ended, been stopped or changed attempt while the pass
+    // ran: grow another time.
+    if (rec == nullptr || rec->stopping ||
+        !state::JobTable::IsActive(rec->job.state()) ||
+        rec->job.allocations_size() != g.from) {
+      reservations_.erase(g.job_id);
+      continue;
+    }
+    const absl::Duration grace = grace_of(*rec);
+    rec->job.set_resizes(rec->job.resizes() + 1);
+    FailAttempt(rec, g.reason, /*spend_retry=*/false);
+    if (rec->job.state() != v1::PENDING) continue;
+    rec->eligible_mono =
+        std::max(rec->eligible_mono,
+                 clock_->MonotonicNow() + grace + opts_.heartbeat_interval);
+    hold_for_restart(rec, grace,
+                     absl::StrCat("elastic, growing: restarts on ",
+                                  absl::StrJoin(g.nodes, ", "),
+                                  " once its ranks have stopped"));
   }
   for (auto& [job_id, placement] : decisions.starts) {
     JobRecord* rec = jobs_.Find(job_id);

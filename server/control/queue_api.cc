@@ -101,8 +101,11 @@ absl::Status Controller::ApplyQueueToSpec(const std::string& user,
   }
   // A job no state of the queue could ever start is refused now rather
   // than left waiting for ever.
-  const int64_t gpus = int64_t{spec->resources().nodes()} *
-                       spec->resources().gpus_per_node();
+  // An elastic job needs only its minimum.
+  const int32_t least = spec->resources().min_nodes() > 0
+                            ? spec->resources().min_nodes()
+                            : spec->resources().nodes();
+  const int64_t gpus = int64_t{least} * spec->resources().gpus_per_node();
   if (gpus > 0 && q->max_running_gpus_per_user() > 0 &&
       gpus > q->max_running_gpus_per_user()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -305,6 +308,11 @@ scheduler::JobRequest Controller::QueueEntry(const JobRecord& rec,
   }
   if (rec.relaxed != nullptr && SwitchLimitRelaxed(rec, wall_now)) {
     entry.resources = rec.relaxed;
+  }
+  // An elastic job restarting after a resize, while it waits for its own
+  // ranks: on at least the nodes it holds.
+  if (rec.restart_request != nullptr && !entry.may_preempt) {
+    entry.resources = rec.restart_request;
   }
   // The node its last attempt failed on is avoided for a while, where
   // other nodes have room.

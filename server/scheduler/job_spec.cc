@@ -218,7 +218,26 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
                absl::StrCat("must be between 1 and ", kMaxNodes, ", got ",
                             r->nodes()));
   }
+  if (r->min_nodes() != 0 && r->nodes() == 0) {
+    return Bad("resources.min_nodes",
+               "is set but resources.nodes is not; give the most nodes the "
+               "elastic job may use as nodes (in YAML nodes: {min: 2, max: "
+               "8})");
+  }
   if (r->nodes() == 0) r->set_nodes(1);
+  if (r->min_nodes() < 0 || r->min_nodes() > r->nodes()) {
+    return Bad("resources.min_nodes",
+               absl::StrCat("must be between 1 and resources.nodes (",
+                            r->nodes(), "), got ", r->min_nodes(),
+                            "; or 0 for a job that is not elastic"));
+  }
+  // min == max is not elastic: one form, one class.
+  if (r->min_nodes() == r->nodes()) r->set_min_nodes(0);
+  if (r->min_nodes() > 0 && r->max_switches() > 0) {
+    return Bad("resources.min_nodes",
+               "an elastic job cannot also limit its switches "
+               "(max_switches); drop one of them");
+  }
   if (r->gpus_per_node() < 0 || r->gpus_per_node() > 64) {
     return Bad("resources.gpus_per_node",
                absl::StrCat("must be between 0 and 64, got ",

@@ -68,6 +68,10 @@ class ClassTable {
     std::shared_ptr<const v1::ResourceRequest> request;
     std::unique_ptr<RequestClass> live;  // built at the class's first job
     std::shared_ptr<const std::string> reason;  // set once it failed
+    // Nodes that fit one share when it failed (an upper bound after).
+    int64_t fitting = -1;
+    // Elastic: `reason` already says what even its minimum finds.
+    bool elastic_told = false;
   };
 
   Entry& Find(const std::shared_ptr<const v1::ResourceRequest>& request) {
@@ -90,7 +94,8 @@ class ClassTable {
  private:
   std::unordered_map<const v1::ResourceRequest*, int32_t> by_pointer_;
   std::unordered_map<std::string, int32_t> by_content_;
-  std::vector<Entry> entries_;
+  // A deque: an entry found stays where it is while more are added.
+  std::deque<Entry> entries_;
   Entry no_request_;
 };
 
@@ -308,10 +313,13 @@ class ShareFit {
 class Reserver {
  public:
   Reserver(const ClusterSnapshot& snapshot, FleetIndex* fleet)
-      : now_(snapshot.now),
+      : max_reserve_tries_(
+            std::max(kMaxReserveTries, 2 * snapshot.max_reservations)),
+        now_(snapshot.now),
         fleet_(fleet),
         current_(snapshot.nodes),
         held_until_(snapshot.nodes.size(), absl::InfinitePast()),
+        free_from_(snapshot.nodes.size(), absl::InfinitePast()),
         touched_(snapshot.nodes.size(), false) {
     for (size_t i = 0; i < current_.size(); ++i) {
       index_[current_[i].name()] = static_cast<int32_t>(i);
@@ -335,7 +343,11 @@ class Reserver {
     bool stands = true;
     for (const std::string& name : r.nodes) {
       auto it = index_.find(name);
-      if (it == index_.end() || !current_[it->second].unavailable.empty()) {
+      // Held by another reservation of this pass is no reason: they line
+      // up (a later one starts after the earlier one's time limit).
+      if (it == index_.end() ||
+          (!current_[it->second].unavailable.empty() &&
+           held_until_[it->second] == absl::InfinitePast())) {
         stands = false;
         continue;
       }
@@ -418,7 +430,7 @@ class Reserver {
     // A request that found no time stays without one for the pass: what is
     // held and taken only grows, and what later starts gives back only what
     // it took. Tries are bounded too (Slurm's bf_max_job_test).
-    if (job.resources == nullptr || reserve_tries_ >= kMaxReserveTries ||
+    if (job.resources == nullptr || reserve_tries_ >= max_reserve_tries_ ||
         unreservable_.count(job.resources.get()) > 0) {
       return false;
     }
@@ -510,6 +522,7 @@ class Reserver {
     for (size_t e = 0; !placed && e < ends_.size(); ++e) {
       const End& end = ends_[e];
       future.Change(end.shares, /*undo=*/false);
+      future.Unhold(end.unhold, end.at, free_from_);
       at = end.at;
       // Jobs ending at the same moment are given back together.
       if (e + 1 < ends_.size() && ends_[e + 1].at == at) continue;
@@ -529,21 +542,26 @@ class Reserver {
     out->start = at;
     out->nodes.clear();
     std::set<std::string> on_nodes;
+    End after{at + job.time_limit, job.job_id, {}, {}};
     for (const NodeShare& share : placement.shares) {
       out->nodes.push_back(share.node);
       on_nodes.insert(share.node);
-      HoldNode(index_[share.node], job.job_id, at);
+      HoldNode(index_[share.node], job.job_id, at, after.at);
+      after.unhold.push_back(index_[share.node]);
     }
     // Only the jobs on the reserved nodes matter to it.
     out->waits_for.clear();
     for (const End& end : ends_) {
       if (end.at > at) break;
-      for (const NodeShare& share : end.shares) {
-        if (on_nodes.count(share.node) > 0) {
-          out->waits_for.push_back(end.job_id);
-          break;
-        }
-      }
+      bool on = false;
+      for (const NodeShare& share : end.shares) on |= on_nodes.count(share.node) > 0;
+      for (int32_t n : end.unhold) on |= on_nodes.count(current_[n].name()) > 0;
+      if (on) out->waits_for.push_back(end.job_id);
+    }
+    // A job reserved later may have these nodes once this one's time limit
+    // has run out after its start (estimates for many jobs line up so).
+    if (job.time_limit != absl::InfiniteDuration()) {
+      ends_.push_back(std::move(after));
     }
     return true;
   }
@@ -584,6 +602,19 @@ class Reserver {
         fits_[n] = f;
       }
     }
+    // The reservation holding these nodes has ended: they are usable with
+    // what the replay has given back on them.
+    void Unhold(const std::vector<int32_t>& nodes, absl::Time at,
+                const std::vector<absl::Time>& free_from) {
+      for (int32_t n : nodes) {
+        // Another reservation holds it longer.
+        if (free_from[n] > at) continue;
+        nodes_[n].unavailable.clear();
+        const bool f = Fits(n);
+        fitting_ += static_cast<int32_t>(f) - static_cast<int32_t>(fits_[n]);
+        fits_[n] = f;
+      }
+    }
     // Places the gang over the nodes that fit; false when too few do, or
     // after max_placements tries.
     bool Place(Placement* out) {
@@ -619,15 +650,27 @@ class Reserver {
   static constexpr int kMaxPlacements = 8;
   static constexpr int kMaxBackfills = 32;
   static constexpr int kMaxReserveTries = 64;
+  // kMaxReserveTries, or twice the reservations asked for (an estimating
+  // pass asks for many).
+  const int max_reserve_tries_;
   struct End {
     absl::Time at;
     std::string job_id;
     std::vector<NodeShare> shares;
+    // A reservation's end: these nodes (indices) are no longer held.
+    std::vector<int32_t> unhold;
   };
 
-  void HoldNode(int32_t n, const std::string& job_id, absl::Time until) {
+  // Holds node n for a reservation from `until` on, to `ends` (its time
+  // limit after its start; InfiniteFuture: unknown). A node held twice is
+  // held from the earlier start to the later end.
+  void HoldNode(int32_t n, const std::string& job_id, absl::Time until,
+                absl::Time ends = absl::InfiniteFuture()) {
     current_[n].unavailable = absl::StrCat("held for job ", job_id);
-    held_until_[n] = until;
+    held_until_[n] = held_until_[n] == absl::InfinitePast()
+                         ? until
+                         : std::min(held_until_[n], until);
+    free_from_[n] = std::max(free_from_[n], ends);
     any_held_ = true;
     held_why_.push_back(absl::StrCat("held for job ", job_id, "'s reservation"));
     fleet_->Hold(fleet_->slot_of_node(n), &held_why_.back());
@@ -638,6 +681,8 @@ class Reserver {
   std::vector<NodeCapacity> current_;
   // When the reservation holding each node begins; InfinitePast: not held.
   std::vector<absl::Time> held_until_;
+  // When the last reservation holding each node ends (by its time limit).
+  std::vector<absl::Time> free_from_;
   bool any_held_ = false;
   // Nodes a job started on in this pass.
   std::vector<bool> touched_;
@@ -1035,19 +1080,27 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
   };
   std::map<std::pair<const v1::ResourceRequest*, std::string>, Failed>
       unpreemptable;
+  // The rank of the first job left waiting for resources (not for its
+  // queue's policy): elastic gangs ranked below it do not grow.
+  std::optional<double> first_waiting_rank;
+  auto waits_for_resources = [&](double rank) {
+    if (!first_waiting_rank.has_value()) first_waiting_rank = rank;
+  };
   // The job waits for its victims to stop, holding the nodes they free;
   // `why` heads each victim's reason ("priority 5 > " is followed by the
   // victim's priority).
   auto record_preemption = [&](JobRequest& job,
                                const std::vector<const RunningGang*>& victims,
                                const Placement& placement,
-                               const std::string& why) {
+                               const std::string& why, bool may_shrink) {
     Reservation r;
     r.job_id = job.job_id;
     r.priority = RankOf(job);
     r.submit_seq = job.submit_seq;
     absl::Duration grace = absl::ZeroDuration();
     std::vector<std::string> named;
+    std::unordered_set<std::string> taken;
+    for (const NodeShare& share : placement.shares) taken.insert(share.node);
     for (const RunningGang* v : victims) {
       preempted.insert(v->job_id);
       grace = std::max(grace, v->grace);
@@ -1057,16 +1110,43 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
                                                               : v->queue + ", ",
                                    "priority ", v->priority, ", ran ",
                                    HumanDuration(v->ran), ")"));
-      out.preemptions.push_back(
-          {v->job_id, job.job_id,
-           absl::StrCat("preempted by job ", job.job_id, " of ", job.user,
-                        " (", why,
-                        absl::EndsWith(why, "> ")
-                            ? absl::StrCat(v->priority)
-                            : std::string(),
-                        ")")});
+      Preemption p{v->job_id, job.job_id,
+                   absl::StrCat("preempted by job ", job.job_id, " of ",
+                                job.user, " (", why,
+                                absl::EndsWith(why, "> ")
+                                    ? absl::StrCat(v->priority)
+                                    : std::string(),
+                                ")"),
+                   {}};
+      // An elastic victim left its minimum shrinks onto what is left: it
+      // restarts there (held for it) rather than waiting whole.
+      if (v->min_nodes > 0 && may_shrink) {
+        std::vector<NodeShare> kept;
+        for (const NodeShare& share : v->shares) {
+          if (taken.count(share.node) == 0) kept.push_back(share);
+        }
+        if (static_cast<int32_t>(kept.size()) >= v->min_nodes) {
+          Reservation keep;
+          keep.job_id = v->job_id;
+          keep.priority = v->rank;
+          keep.start = snapshot.now + v->grace;
+          for (const NodeShare& share : kept) {
+            p.keep_nodes.push_back(share.node);
+          }
+          keep.nodes = p.keep_nodes;
+          keep.waits_for = {v->job_id};
+          keep.queue = v->queue;
+          keep.user = v->user;
+          keep.gpus_by_model = policy.ModelsOf(kept);
+          absl::StrAppend(&p.reason, "; elastic, it shrinks from ",
+                          v->shares.size(), " to ", kept.size(), " nodes");
+          out.reservations.push_back(std::move(keep));
+        }
+      }
+      out.preemptions.push_back(std::move(p));
     }
     r.start = snapshot.now + grace;
+    waits_for_resources(RankOf(job));
     for (const NodeShare& share : placement.shares) {
       r.nodes.push_back(share.node);
     }
@@ -1084,6 +1164,24 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     out.reservations.push_back(std::move(r));
   };
   ClassTable classes;
+  // Fixed sizes of elastic requests: one object per (request, nodes) for
+  // the pass, so that equal sizes share a class (the base is kept alive
+  // with it).
+  std::map<std::pair<const v1::ResourceRequest*, int32_t>,
+           std::pair<std::shared_ptr<const v1::ResourceRequest>,
+                     std::shared_ptr<const v1::ResourceRequest>>>
+      sized;
+  auto sized_of = [&](const std::shared_ptr<const v1::ResourceRequest>& base,
+                      int32_t n) {
+    auto& entry = sized[{base.get(), n}];
+    if (entry.second == nullptr) {
+      auto r = std::make_shared<v1::ResourceRequest>(*base);
+      r->set_nodes(n);
+      r->set_min_nodes(0);
+      entry = {base, std::move(r)};
+    }
+    return entry.second;
+  };
   out.waiting.reserve(queue.size());
   std::vector<RequestClass::Pick> picks;
   std::unordered_set<const v1::ResourceRequest*> reported;
@@ -1101,10 +1199,46 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     // job waits whatever is free; under a quota that covers only some GPU
     // models, it is placed as if it had asked for those.
     bool narrowed = false;
+    // An elastic job its quota admits at fewer nodes than its most.
+    bool quota_sized = false;
+    // Elastic: at most `nodes`, at least this many (0: not elastic).
+    const int32_t min_nodes =
+        job.resources != nullptr &&
+                job.resources->min_nodes() < job.resources->nodes()
+            ? job.resources->min_nodes()
+            : 0;
     if (policy.governs(job)) {
       std::shared_ptr<const std::string> why;
       bool reclaimable = false;
-      if (!policy.Admit(&job, &narrowed, &why, &reclaimable)) {
+      // An elastic job over its quota at its most nodes is admitted at the
+      // most its quota takes (fewer GPUs never admit less: binary search).
+      auto admit_smaller = [&]() {
+        int32_t lo = min_nodes, hi = job.resources->nodes() - 1;
+        std::optional<JobRequest> best;
+        bool best_narrowed = false;
+        while (lo <= hi) {
+          const int32_t mid = lo + (hi - lo + 1) / 2;
+          JobRequest smaller = job;
+          smaller.resources = sized_of(job.resources, mid);
+          smaller.preferred = nullptr;
+          bool n = false, r = false;
+          std::shared_ptr<const std::string> w;
+          if (policy.Admit(&smaller, &n, &w, &r)) {
+            best = std::move(smaller);
+            best_narrowed = n;
+            lo = mid + 1;
+          } else {
+            hi = mid - 1;
+          }
+        }
+        if (!best.has_value()) return false;
+        job = *std::move(best);
+        narrowed = best_narrowed;
+        quota_sized = true;
+        return true;
+      };
+      if (!policy.Admit(&job, &narrowed, &why, &reclaimable) &&
+          !(min_nodes > 0 && admit_smaller())) {
         // Its own nominal quota was lent: take it back from borrowers.
         std::vector<const RunningGang*> borrowers, used;
         Placement placement;
@@ -1122,7 +1256,8 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
           policy.CommitReclaim();
           record_preemption(reclaiming, borrowers, placement,
                             absl::StrCat("reclaiming the nominal quota queue ",
-                                         job.queue, " lent to its cohort"));
+                                         job.queue, " lent to its cohort"),
+                            /*may_shrink=*/false);
           continue;
         }
         out.job_reasons.emplace_back(job.job_id, why);
@@ -1141,6 +1276,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       }
       if (!c.live->Choose(&picks)) {
         c.reason = std::make_shared<const std::string>(c.live->WhyNot());
+        c.fitting = c.live->fitting();
         c.live.reset();
         return false;
       }
@@ -1180,13 +1316,48 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         continue;
       }
     }
+    // Elastic: the most nodes that fit now, down to its minimum (each size
+    // tried bounds the next by the nodes it found fitting).
+    JobRequest smallest;
+    if (min_nodes > 0 && job.resources->nodes() > min_nodes) {
+      int32_t n = job.resources->nodes() - 1;
+      if (c.fitting >= 0) n = static_cast<int32_t>(std::min<int64_t>(n, c.fitting));
+      bool started = false;
+      while (n >= min_nodes) {
+        ClassTable::Entry& sc = classes.Find(sized_of(job.resources, n));
+        if (start_now(sc)) {
+          started = true;
+          break;
+        }
+        int32_t next = n - 1;
+        if (sc.fitting >= 0) {
+          next = static_cast<int32_t>(std::min<int64_t>(next, sc.fitting));
+        }
+        n = next;
+      }
+      if (started) continue;
+      if (!c.elastic_told) {
+        c.elastic_told = true;
+        ClassTable::Entry& least =
+            classes.Find(sized_of(job.resources, min_nodes));
+        c.reason = std::make_shared<const std::string>(absl::StrCat(
+            "elastic, ", min_nodes, " to ", job.resources->nodes(),
+            " nodes; not even ", min_nodes, " fit now: ",
+            least.reason != nullptr ? *least.reason : *c.reason));
+      }
+      // Preempting and reserving for the fewest nodes it runs on.
+      smallest = job;
+      smallest.resources = sized_of(job.resources, min_nodes);
+      smallest.preferred = nullptr;
+    }
+    JobRequest& target = smallest.resources != nullptr ? smallest : job;
     // Preemption: gangs of a lower priority (of its own queue, unless
     // preemption crosses queues) that it also outranks once requeued make
     // room, whole.
     if (preemptors_left > 0 && preempt_tries_left > 0 && job.may_preempt &&
-        job.resources != nullptr) {
+        target.resources != nullptr) {
       const std::pair<const v1::ResourceRequest*, std::string> key(
-          job.resources.get(),
+          target.resources.get(),
           snapshot.preempt_across_queues ? std::string() : job.queue);
       auto failed = unpreemptable.find(key);
       const auto below = std::lower_bound(
@@ -1209,10 +1380,13 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         SortVictims(&candidates);
         std::vector<const RunningGang*> victims;
         Placement placement;
-        if (reserving()->PreemptFor(job, candidates, &victims, &placement)) {
+        if (reserving()->PreemptFor(target, candidates, &victims, &placement)) {
           --preemptors_left;
+          // A shrunk victim keeps quota it did not borrow: only priority
+          // preemption shrinks (a reclaim needs all the GPUs back).
           record_preemption(job, victims, placement,
-                            absl::StrCat("priority ", job.priority, " > "));
+                            absl::StrCat("priority ", job.priority, " > "),
+                            /*may_shrink=*/true);
           continue;
         }
         auto [at, added] =
@@ -1225,12 +1399,13 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     }
     if (reservations_left > 0) {
       Reservation r;
-      if (reserving()->Reserve(job, &r)) {
+      if (reserving()->Reserve(target, &r)) {
         --reservations_left;
         out.waiting.emplace_back(
             job.job_id, std::make_shared<const std::string>(absl::StrCat(
                             *c.reason, "; ", ReservationText(r, snapshot.now))));
-        if (policy.governs(job)) policy.ChargeReserved(job, r.gpus_by_model);
+        if (policy.governs(job)) policy.ChargeReserved(target, r.gpus_by_model);
+        waits_for_resources(rank);
         out.reservations.push_back(std::move(r));
         // Its nodes are held: every class re-checks what it can have.
         continue;
@@ -1240,14 +1415,19 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
     // borrowers would take it again meanwhile).
     if (!job.may_preempt && policy.governs(job)) {
       auto h = hold_of.find(job.job_id);
-      policy.ChargeReserved(job, h != hold_of.end()
+      policy.ChargeReserved(target, h != hold_of.end()
                                      ? h->second->gpus_by_model
                                      : std::map<std::string, int64_t>());
     }
-    if (narrowed) {
+    waits_for_resources(rank);
+    if (narrowed || quota_sized) {
       // Its request is not the one the caller keeps reasons by.
-      auto why = std::make_shared<const std::string>(
-          absl::StrCat(policy.NarrowedWhy(job), *c.reason));
+      auto why = std::make_shared<const std::string>(absl::StrCat(
+          narrowed ? policy.NarrowedWhy(job) : std::string(),
+          quota_sized ? absl::StrCat("its queue's quota takes ",
+                                     job.resources->nodes(), " of its nodes; ")
+                      : std::string(),
+          *c.reason));
       out.job_reasons.emplace_back(job.job_id, why);
       out.waiting.emplace_back(std::move(job.job_id), std::move(why));
       continue;
@@ -1256,6 +1436,96 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
       out.class_reasons.emplace_back(job.resources, c.reason);
     }
     out.waiting.emplace_back(std::move(job.job_id), c.reason);
+  }
+  // Elastic gangs grow onto what is left free, highest rank first, only
+  // while no job that outranks them waits for resources (those nodes, and
+  // the gang's own once it stops, are theirs first). Its own nodes are
+  // excluded (one share per node); the added nodes are taken at once.
+  if (snapshot.max_grows > 0) {
+    // What earlier passes reserved is never grown onto.
+    while (next_hold < holds.size()) apply_hold(*holds[next_hold++]);
+    std::vector<const RunningGang*> growable;
+    for (const RunningGang& g : snapshot.running) {
+      if (g.may_grow && g.request != nullptr && g.min_nodes > 0 &&
+          preempted.count(g.job_id) == 0 &&
+          static_cast<int32_t>(g.nodes.size()) < g.request->nodes() &&
+          (!first_waiting_rank.has_value() || g.rank > *first_waiting_rank)) {
+        growable.push_back(&g);
+      }
+    }
+    std::stable_sort(growable.begin(), growable.end(),
+                     [](const RunningGang* a, const RunningGang* b) {
+                       return a->rank > b->rank;
+                     });
+    int tries = snapshot.max_grows;
+    // Every request tried stays alive for the pass: the quota gate keeps
+    // what it decided by the request's address.
+    std::vector<std::shared_ptr<const v1::ResourceRequest>> tried;
+    for (const RunningGang* g : growable) {
+      if (tries-- <= 0) break;
+      const int32_t have = static_cast<int32_t>(g->nodes.size());
+      auto more = std::make_shared<v1::ResourceRequest>(*g->request);
+      more->set_min_nodes(0);
+      for (const std::string& node : g->nodes) more->add_exclude_nodes(node);
+      JobRequest as;
+      as.job_id = g->job_id;
+      as.priority = g->priority;
+      as.queue = g->queue;
+      as.user = g->user;
+      int32_t n = g->request->nodes() - have;
+      while (n >= 1) {
+        more->set_nodes(n);
+        as.resources = std::make_shared<const v1::ResourceRequest>(*more);
+        tried.push_back(as.resources);
+        if (policy.governs(as)) {
+          bool narrow = false, reclaimable = false;
+          std::shared_ptr<const std::string> why;
+          if (!policy.Admit(&as, &narrow, &why, &reclaimable)) {
+            --n;
+            continue;
+          }
+        }
+        RequestClass klass(fleet, *as.resources);
+        if (!klass.Choose(&picks)) {
+          n = static_cast<int32_t>(std::min<int64_t>(n - 1, klass.fitting()));
+          continue;
+        }
+        Placement added;
+        for (const auto& pick : picks) {
+          added.shares.push_back(
+              ShareOf(fleet.node_at(pick.slot), pick.gpus, klass.needs()));
+          fleet.Take(pick.slot, pick.gpus, klass.needs());
+        }
+        if (policy.governs(as)) policy.Charge(as, added);
+        Grow grow;
+        grow.job_id = g->job_id;
+        grow.from = have;
+        std::vector<NodeShare> all = g->shares;
+        std::vector<std::string> new_nodes;
+        for (const NodeShare& share : added.shares) {
+          all.push_back(share);
+          new_nodes.push_back(share.node);
+        }
+        for (const NodeShare& share : all) grow.nodes.push_back(share.node);
+        grow.reason = absl::StrCat(
+            "elastic: growing from ", have, " to ", all.size(), " of ",
+            g->request->nodes(), " nodes (", absl::StrJoin(new_nodes, ", "),
+            " free); it restarts from its checkpoint once its ranks have "
+            "stopped");
+        Reservation r;
+        r.job_id = g->job_id;
+        r.priority = g->rank;
+        r.start = snapshot.now + g->grace;
+        r.nodes = grow.nodes;
+        r.waits_for = {g->job_id};
+        r.queue = g->queue;
+        r.user = g->user;
+        r.gpus_by_model = policy.ModelsOf(all);
+        out.reservations.push_back(std::move(r));
+        out.grows.push_back(std::move(grow));
+        break;
+      }
+    }
   }
   // Fragmentation: free GPUs on nodes where not one share of any request
   // left waiting fits (its GPU count, memory, models, CPUs, memory...),

@@ -136,6 +136,13 @@ struct RunningGang {
   // only if it outranks that too, or the victim would rank first when its
   // nodes free and take them back.
   double rank = 0;
+  // Elastic (resources.min_nodes > 0): its request (at the most nodes),
+  // and whether it may grow now (it has fewer nodes than it asked for and
+  // has run long enough since its last start). A preemption that leaves it
+  // at least min_nodes of its nodes shrinks it onto those instead.
+  std::shared_ptr<const v1::ResourceRequest> request;
+  int32_t min_nodes = 0;
+  bool may_grow = false;
 };
 
 // A running gang stopped so that a job ranked above it can start: whole
@@ -143,6 +150,19 @@ struct RunningGang {
 struct Preemption {
   std::string victim;
   std::string for_job;
+  std::string reason;
+  // An elastic victim left at least its min_nodes: it restarts on these
+  // (held for it in `Decisions::reservations`) instead of waiting whole.
+  std::vector<std::string> keep_nodes;
+};
+
+// An elastic job that grows: its attempt stops and the next one starts on
+// `nodes` (its own and the ones this pass found free, held for it in
+// `Decisions::reservations` meanwhile).
+struct Grow {
+  std::string job_id;
+  int32_t from = 0;
+  std::vector<std::string> nodes;
   std::string reason;
 };
 
@@ -200,6 +220,9 @@ struct ClusterSnapshot {
   // reclaiming lent quota crosses queues within a cohort either way.
   bool preempt_across_queues = false;
   int max_preemptors = 4;
+  // Elastic gangs (RunningGang::may_grow) grown this pass onto what is left
+  // free after the pending jobs, highest rank first; 0: none.
+  int max_grows = 0;
   // Reservations an earlier pass made that still stand (a pass over new jobs
   // only): their nodes are held from the first job ranked after theirs on,
   // and they count towards max_reservations.
@@ -234,6 +257,8 @@ struct Decisions {
   // Gangs to stop (each once), for jobs that then wait in `waiting` with
   // a reservation (in `reservations`) on the nodes they free.
   std::vector<Preemption> preemptions;
+  // Elastic gangs to restart on more nodes.
+  std::vector<Grow> grows;
   // Free GPUs (after this pass) on nodes where not one share of any job
   // left waiting fits: the fleet's fragmentation. -1 when no job waits.
   int64_t fragmented_gpus = -1;

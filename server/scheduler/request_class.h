@@ -45,6 +45,9 @@ class RequestClass {
   // matching GPU positions.
   bool Choose(std::vector<Pick>* picks);
 
+  // How many nodes fit one share now (after CatchUp or a Choose).
+  int64_t fitting() const { return live_total_; }
+
   // Why the class does not fit now, in words and numbers, grouping the
   // nodes by why they do not fit.
   std::string WhyNot() const;

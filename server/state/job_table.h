@@ -62,6 +62,11 @@ struct JobRecord {
   // max_switches_wait.
   std::shared_ptr<const v1::ResourceRequest> relaxed;
   absl::Time avoid_until_mono = absl::InfinitePast();
+  // Where rank 0 of its last attempt ran (kept there again if it can be).
+  std::string last_first_node;
+  // An elastic job restarting after a resize: its request with min_nodes
+  // raised to the nodes it holds, while it waits for its own old ranks.
+  std::shared_ptr<const v1::ResourceRequest> restart_request;
 };
 
 class JobTable {

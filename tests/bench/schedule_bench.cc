@@ -488,11 +488,11 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%6s %8s | %8s %8s %6s %6s %9s | %11s %11s %6s %4s | %11s %6s %5s"
-              " | %11s %6s %6s %7s\n",
+              " | %11s %6s %6s %7s | %10s %5s\n",
               "nodes", "pending", "new ms", "cpu ms", "starts", "shares",
               "starts/s", "baseline ms", "cpu ms", "ratio", "same",
               "+8 resv ms", "starts", "resv", "+policy ms", "starts",
-              "held", "preempt");
+              "held", "preempt", "est ms", "est");
   // Seconds of the last baseline pass per queue size, to predict the next:
   // the old pass costs about nodes x (starts + classes), and starts grow
   // with nodes, so it grows with the square of the fleet.
@@ -536,6 +536,22 @@ int main(int argc, char** argv) {
         std::vector<sched::JobRequest> queue = in.queue;
         reserving.Run(
             [&] { rd = sched::Schedule(std::move(snap), std::move(queue)); });
+      }
+
+      // The estimator's pass (xl-scheduler runs it every minute on a thread
+      // of its own): a reservation for each of the first 1,000 blocked
+      // jobs, nothing preempted.
+      Timing estimating;
+      sched::Decisions ed;
+      for (int r = 0; r < 3; ++r) {
+        sched::ClusterSnapshot snap;
+        snap.nodes = in.nodes;
+        snap.running = in.running;
+        snap.now = kBenchNow;
+        snap.max_reservations = 1000;
+        std::vector<sched::JobRequest> queue = in.queue;
+        estimating.Run(
+            [&] { ed = sched::Schedule(std::move(snap), std::move(queue)); });
       }
 
       // And with every policy on: the jobs in 8 queues of 50 users, four
@@ -622,12 +638,13 @@ int main(int argc, char** argv) {
       }
       std::printf(
           "%6d %8d | %8.2f %8.2f %6zu %6zu %9.0f | %11s %11s %6s %4s | %11.2f "
-          "%6zu %5zu | %11.2f %6zu %6zu %7zu\n",
+          "%6zu %5zu | %11.2f %6zu %6zu %7zu | %10.1f %5zu\n",
           nodes, pending, now.wall_ms(), now.cpu_ms(), d.starts.size(), shares,
           d.starts.size() / (now.cpu_ms() / 1000), base.c_str(),
           base_cpu.c_str(), ratio.c_str(), same.c_str(), reserving.cpu_ms(),
           rd.starts.size(), rd.reservations.size(), policing.cpu_ms(),
-          pd.starts.size(), pd.job_reasons.size(), pd.preemptions.size());
+          pd.starts.size(), pd.job_reasons.size(), pd.preemptions.size(),
+          estimating.cpu_ms(), ed.reservations.size());
       std::fflush(stdout);
     }
   }

@@ -105,6 +105,21 @@ TEST_F(CliTest, EnvFlagTakesOneValueSoTheFileIsNotSwallowed) {
   EXPECT_EQ(inv().submit.job_file, "job.yaml");
 }
 
+TEST_F(CliTest, NodesTakeARangeForAnElasticJob) {
+  ASSERT_EQ(Parse({"submit", "--nodes", "2-8", "--", "/bin/true"}),
+            std::nullopt)
+      << err_.str();
+  EXPECT_EQ(inv().submit.overrides.nodes, 8);
+  EXPECT_EQ(inv().submit.overrides.min_nodes, 2);
+  auto spec = BuildJobSpec(inv().submit.job_file, inv().submit.overrides);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->resources().nodes(), 8);
+  EXPECT_EQ(spec->resources().min_nodes(), 2);
+  ASSERT_EQ(Parse({"submit", "--nodes", "4", "--", "/bin/true"}),
+            std::nullopt);
+  EXPECT_EQ(inv().submit.overrides.min_nodes, 0);
+}
+
 TEST_F(CliTest, CommandAfterDashesWithoutFile) {
   ASSERT_EQ(Parse({"submit", "--nodes", "2", "--", "/usr/bin/python3",
                    "train.py", "--steps", "50", "-o", "x"}),
@@ -361,6 +376,10 @@ TEST_F(CliTest, UsageErrorsExitTwoWithAPrefixedMessage) {
       {"list", "-o", "xml"},         // unknown format
       {"submit", "--nodes", "two"},  // not a number
       {"submit", "--nodes", "-1"},   // negative
+      {"submit", "--nodes", "8-2"},  // min above max
+      {"submit", "--nodes", "2-"},   // no max
+      {"submit", "--nodes", "0-8"},  // a range starts at 1
+      {"submit", "--nodes", "+2-8"}, // digits only
       {"get", "1", "2"},             // extra argument
       {"metrics"},                   // missing ID
       {"top", "--interval"},         // missing value

@@ -16,6 +16,30 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+TEST(ProtoTextTest, ARangeForACountWithAMinTwin) {
+  v1::JobSpec spec;
+  absl::Status st = ParseYamlToMessage(
+      "resources: {nodes: {min: 2, max: 8}, gpus_per_node: 8}\n", "test",
+      &spec);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(spec.resources().nodes(), 8);
+  EXPECT_EQ(spec.resources().min_nodes(), 2);
+  for (const char* bad : {"resources: {nodes: {min: 2}}\n",
+                          "resources: {nodes: {min: 2, max: 8, x: 1}}\n",
+                          "resources: {nodes: {min: two, max: 8}}\n",
+                          "resources: {nodes: {min: 0, max: 8}}\n",
+                          "resources: {nodes: {min: +2, max: 8}}\n",
+                          "resources: {nodes: {min: 3, max: 2}}\n",
+                          "resources: {nodes: {min: 1, max: 2}, min_nodes: 1}\n"}) {
+    v1::JobSpec s;
+    st = ParseYamlToMessage(bad, "test", &s);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find("resources.nodes: give a number, or a range"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
 TEST(ProtoTextTest, UnquotedNumbersInRepeatedStringFieldStayStrings) {
   v1::JobSpec spec;
   ASSERT_TRUE(ParseYamlToMessage(

@@ -51,8 +51,10 @@ def wait_until(what, fn, timeout=30.0, interval=0.05):
 
 
 class Cluster:
-    def __init__(self, agents=3, gpus=2, heartbeat_timeout=2.0, db=None, dir=None):
+    def __init__(self, agents=3, gpus=2, heartbeat_timeout=2.0, db=None, dir=None,
+                 scheduler_args=()):
         self.tmp = dir or tempfile.mkdtemp(prefix="xl-e2e-")
+        self.scheduler_args = list(scheduler_args)
         self.db = db or os.path.join(self.tmp, "xl.db")
         self.heartbeat_timeout = heartbeat_timeout
         self.procs = {}
@@ -79,6 +81,7 @@ class Cluster:
             SCHEDULER, "--listen", "127.0.0.1:0", "--db", self.db, "--port-file", port_file,
             "--heartbeat-interval", "0.2", "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--master-port-base", str(20000 + os.getpid() % 20000),
+            *self.scheduler_args,
         ])
         wait_until("the scheduler's port file", lambda: os.path.exists(port_file), 20)
         with open(port_file) as f:

@@ -1,7 +1,9 @@
 """xl-train through the scheduler, on loopback: a 2-node x 2-rank `train`
 job (CPU, Gloo, rendezvous through the scheduler) ends SUCCEEDED with its
 metrics in `xlctl get`; killing an agent mid-run requeues the job and it
-resumes from its checkpoint, not from step 0."""
+resumes from its checkpoint, not from step 0; an elastic job started on the
+one node there is grows onto a second when it joins, and resumes there from
+its checkpoint with the larger WORLD_SIZE."""
 
 import os
 import sys
@@ -13,6 +15,7 @@ from cluster import Cluster, wait_until  # noqa: E402
 
 
 def train_job(steps, nodes=2, ranks=2, hidden=64, every=50, retries=0, name="train"):
+    # nodes: a number, or "{min: 1, max: 2}" for an elastic job
     return textwrap.dedent(f"""\
         name: {name}
         resources: {{nodes: {nodes}, ranks_per_node: {ranks}, gpus_per_node: 0}}
@@ -73,6 +76,32 @@ class Training(unittest.TestCase):
         resumed = int(m.get("resumed_from_step", 0))
         self.assertGreaterEqual(resumed, 400, m)  # not from step 0
         self.assertLess(resumed, steps)
+
+    def test_elastic_job_grows_when_a_node_joins_and_resumes(self):
+        c = Cluster(agents=1, gpus=0, scheduler_args=["--elastic-grow-after", "2s"])
+        self.addCleanup(c.close)
+        steps = 3000  # about 10 ms a step: it runs long enough to grow
+        job_id = c.submit_file(train_job(steps=steps, nodes="{min: 1, max: 2}", ranks=1,
+                                         hidden=1024, every=100, name="elastic"))
+        job = wait_until("step >= 200", lambda: (lambda j: j if int(j.get("metrics", {}).get("step", 0)) >= 200 else None)(c.job(job_id)), 180)
+        self.assertEqual(job["world_size"], 1, job)
+        self.assertIn("1-2 (elastic, running on 1)", c.xlctl("get", job_id).stdout)
+        c.start_agent("node-b", gpus=0)
+        c.wait_nodes(2)
+        grown = wait_until("the job on 2 nodes", lambda: (lambda j: j if j.get("state") == "RUNNING" and len(j.get("allocations", [])) == 2 else None)(c.job(job_id)), 120)
+        self.assertEqual(grown["attempt"], 2, grown)
+        self.assertEqual(grown["world_size"], 2, grown)
+        self.assertEqual(grown.get("resizes"), 1, grown)
+        self.assertEqual(grown.get("retries_used", 0), 0, grown)
+        r = c.xlctl("wait", job_id, "--timeout", "300s", check=False)
+        job = c.job(job_id)
+        logs = c.xlctl("logs", job_id).stdout
+        self.assertEqual(r.returncode, 0, f"{job}\n{logs[-3000:]}")
+        m = job["metrics"]
+        self.assertEqual(int(m["step"]), steps)
+        resumed = int(m.get("resumed_from_step", 0))
+        self.assertGreaterEqual(resumed, 200, m)  # not from step 0
+        self.assertIn("xl-train: resuming from", logs)
 
 
 if __name__ == "__main__":

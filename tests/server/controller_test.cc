@@ -489,6 +489,20 @@ TEST_F(ControllerTest, JobSizedFromItsModel) {
                 m.master_weights_bytes(),
             1875000000u);
   EXPECT_FALSE(job.plan().arithmetic().empty());
+  // No grace given: the time to write its checkpoint (14 B x 7.5e9 = 105
+  // GB: 10 s + 2 x 105 s), said in the plan's arithmetic.
+  EXPECT_EQ(job.plan().checkpoint_bytes(), 105000000000u);
+  EXPECT_EQ(job.spec().grace_period().seconds(), 220);
+  EXPECT_NE(job.plan().arithmetic(job.plan().arithmetic_size() - 1)
+                .find("grace period"),
+            std::string::npos);
+  // A grace the job gives is its own.
+  v1::SubmitJobRequest given = req;
+  given.mutable_spec()->mutable_grace_period()->set_seconds(30);
+  auto g = SubmitRequest(given);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(controller_->GetJob(g->job_id())->spec().grace_period().seconds(),
+            30);
   // 8 nodes are needed and one exists: it waits, saying so.
   controller_->Tick();
   EXPECT_NE(controller_->GetJob(r->job_id())->reason().find("8 nodes"),

@@ -734,6 +734,17 @@ TEST(JobSpecTest, ErrorsNameTheField) {
   check([](v1::JobSpec* s) { (*s->mutable_env())["RANK"] = "3"; }, "env.RANK");
   check([](v1::JobSpec* s) { (*s->mutable_env())["1X"] = "3"; }, "env.1X");
   check([](v1::JobSpec* s) { s->set_max_retries(-1); }, "max_retries");
+  check([](v1::JobSpec* s) {
+    s->mutable_resources()->set_nodes(2);
+    s->mutable_resources()->set_min_nodes(3);
+  }, "resources.min_nodes");
+  check([](v1::JobSpec* s) { s->mutable_resources()->set_min_nodes(2); },
+        "resources.min_nodes");  // no nodes (the most) given
+  check([](v1::JobSpec* s) {
+    s->mutable_resources()->set_nodes(4);
+    s->mutable_resources()->set_min_nodes(2);
+    s->mutable_resources()->set_max_switches(1);
+  }, "resources.min_nodes");
   check([](v1::JobSpec* s) { s->set_queue("no spaces"); }, "queue");
   check([](v1::JobSpec* s) { s->mutable_time_limit()->set_seconds(-5); },
         "time_limit");
@@ -753,6 +764,11 @@ TEST(JobSpecTest, ErrorsNameTheField) {
   EXPECT_EQ(ok.resources().nodes(), 1);
   EXPECT_EQ(ok.resources().ranks_per_node(), 4);
   EXPECT_EQ(ok.grace_period().seconds(), 10);
+  // min_nodes equal to nodes is not elastic: one form.
+  ok.mutable_resources()->set_nodes(3);
+  ok.mutable_resources()->set_min_nodes(3);
+  ASSERT_TRUE(ValidateJobSpec(&ok).ok());
+  EXPECT_EQ(ok.resources().min_nodes(), 0);
 }
 
 // An error echoes a bad value cut short and escaped: one readable line of

@@ -684,5 +684,155 @@ TEST_F(QueuesTest, ADryRunShowsThePlacementOrTheWaitAndStoresNothing) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// An elastic job (1 to 3 nodes) starts on the one node there is, grows
+// onto two more once its attempt has run --elastic-grow-after (a new attempt
+// on all three, rank 0 kept on its node, WORLD_SIZE from the nodes it got),
+// and under preemption shrinks onto the nodes the preemptor leaves it.
+TEST_F(QueuesTest, AnElasticJobStartsSmallGrowsAndShrinks) {
+  tweak_ = [](ControllerOptions* o) {
+    o->periodic_pass = absl::Seconds(1);
+    o->elastic_grow_after = absl::Seconds(5);
+  };
+  Open();
+  std::map<std::string, std::shared_ptr<FakeConnection>> conns;
+  conns["b"] = AddNode("b", 8);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->add_command("/bin/true");
+  req.mutable_spec()->mutable_resources()->set_nodes(3);
+  req.mutable_spec()->mutable_resources()->set_min_nodes(1);
+  req.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
+  req.mutable_spec()->mutable_resources()->set_ranks_per_node(2);
+  const std::string id = SubmitRequest(req)->job_id();
+  controller_->Tick();
+  Settle();
+  // Runs every rank of the current attempt, or ends them (SIGTERM'd).
+  auto report = [&](v1::RankState state, int code = 0) {
+    const v1::Job job = *controller_->GetJob(id);
+    for (const auto& alloc : job.allocations()) {
+      for (int r : alloc.ranks()) {
+        Report(alloc.node(), conns[alloc.node()].get(), id, job.attempt(), r,
+               state, code);
+      }
+    }
+    Settle();
+  };
+  auto tick = [&](absl::Duration d) {
+    clock_.Advance(d);
+    for (auto& [name, conn] : conns) Beat(name, conn.get());
+    controller_->Tick();
+    Settle();
+  };
+  v1::Job job = *controller_->GetJob(id);
+  ASSERT_EQ(job.state(), v1::SCHEDULED);
+  ASSERT_EQ(job.allocations_size(), 1);
+  EXPECT_EQ(job.world_size(), 2);
+  const std::string first = job.allocations(0).node();
+  const v1::Job started = job;
+  report(v1::RANK_RUNNING);
+
+  conns["a"] = AddNode("a", 8);
+  conns["c"] = AddNode("c", 8);
+  tick(absl::Seconds(2));
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING)
+      << "grew before --elastic-grow-after";
+  tick(absl::Seconds(4));
+  job = *controller_->GetJob(id);
+  ASSERT_EQ(job.state(), v1::PENDING) << job.reason();
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(job.resizes(), 1);
+  EXPECT_EQ(job.retries_used(), 0);
+  EXPECT_NE(job.reason().find("elastic: growing from 1 to 3 of 3 nodes (a, c free)"),
+            std::string::npos)
+      << job.reason();
+  // Its old ranks stop; once fenced off, it starts on all three.
+  auto stopped = [&](const v1::Job& attempt) {
+    for (const auto& alloc : attempt.allocations()) {
+      for (int r : alloc.ranks()) {
+        Report(alloc.node(), conns[alloc.node()].get(), id, attempt.attempt(),
+               r, v1::RANK_EXITED, 143);
+      }
+    }
+    Settle();
+  };
+  stopped(started);
+  for (int i = 0; i < 20 && controller_->GetJob(id)->state() == v1::PENDING;
+       ++i) {
+    tick(absl::Seconds(2));
+  }
+  job = *controller_->GetJob(id);
+  ASSERT_EQ(job.state(), v1::SCHEDULED) << job.reason();
+  ASSERT_EQ(job.allocations_size(), 3);
+  EXPECT_EQ(job.world_size(), 6);
+  // Rank 0 stays on b, where its checkpoint is (a sorts first).
+  EXPECT_EQ(job.allocations(0).node(), first) << "rank 0 moved";
+  const v1::Job grown = job;
+  report(v1::RANK_RUNNING);
+
+  // A higher priority job needs one node: the elastic job gives it one
+  // and restarts on the other two.
+  v1::SubmitJobRequest high;
+  high.mutable_spec()->add_command("/bin/true");
+  high.mutable_spec()->set_priority(5);
+  high.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
+  const std::string hid = SubmitRequest(high)->job_id();
+  tick(absl::Seconds(1));
+  job = *controller_->GetJob(id);
+  ASSERT_EQ(job.state(), v1::PENDING);
+  EXPECT_EQ(job.preemptions(), 1);
+  EXPECT_NE(job.reason().find("preempted by job " + hid + " of alice (priority 5 > 0); elastic, it shrinks from 3 to 2 nodes"),
+            std::string::npos)
+      << job.reason();
+  stopped(grown);
+  for (int i = 0; i < 20 && (controller_->GetJob(id)->state() == v1::PENDING ||
+                             controller_->GetJob(hid)->state() == v1::PENDING);
+       ++i) {
+    tick(absl::Seconds(2));
+  }
+  EXPECT_EQ(controller_->GetJob(hid)->state(), v1::SCHEDULED);
+  job = *controller_->GetJob(id);
+  ASSERT_EQ(job.state(), v1::SCHEDULED) << job.reason();
+  EXPECT_EQ(job.allocations_size(), 2);
+  EXPECT_EQ(job.world_size(), 4);
+  EXPECT_EQ(job.attempt(), 3);
+}
+
+// Pending jobs beyond the pass's reservations get an estimated start from
+// the estimator's pass: each in rank order after the ends of the running
+// jobs and of the jobs before it.
+TEST_F(QueuesTest, EveryPendingJobGetsAnEstimatedStart) {
+  tweak_ = [](ControllerOptions* o) { o->reservations = 1; };
+  Open();
+  auto a = AddNode("a", 8);
+  const std::string running = SubmitTo("default", 8, 0, 3600)->job_id();
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetJob(running)->state(), v1::SCHEDULED);
+  std::vector<std::string> waiting;
+  for (int i = 0; i < 3; ++i) {
+    waiting.push_back(SubmitTo("default", 8, 0, 3600)->job_id());
+  }
+  controller_->Tick();
+  Settle();
+  const absl::Time now = clock_.Now();
+  auto estimate = [&](const std::string& id) {
+    const v1::Job job = *controller_->GetJob(id);
+    return job.has_estimated_start_time()
+               ? FromProto(job.estimated_start_time())
+               : absl::InfinitePast();
+  };
+  // The pass reserves for the first only.
+  EXPECT_EQ(estimate(waiting[0]), now + absl::Hours(1))
+      << controller_->GetJob(waiting[0])->DebugString();
+  EXPECT_EQ(estimate(waiting[1]), absl::InfinitePast());
+  controller_->EstimateStarts();
+  EXPECT_EQ(estimate(waiting[0]), now + absl::Hours(1));
+  EXPECT_EQ(estimate(waiting[1]), now + absl::Hours(2));
+  EXPECT_EQ(estimate(waiting[2]), now + absl::Hours(3));
+  // Never in the past: an estimate that passed says now.
+  clock_.Advance(absl::Hours(5));
+  Beat("a", a.get());
+  EXPECT_EQ(estimate(waiting[2]), clock_.Now());
+}
+
 }  // namespace
 }  // namespace xl::control
