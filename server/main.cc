@@ -201,7 +201,12 @@ int main(int argc, char** argv) {
                  "quotas, ...}]}, see README \"Queues and fair share\") created or updated "
                  "at start; queues it does not name are left as they are")
       ->check(CLI::ExistingFile);
-  std::string half_life = "7d", max_age = "7d", grow_after = "10m";
+  std::string half_life = "7d", max_age = "7d", grow_after = "10m",
+              estimate_interval = "1m";
+  app.add_option("--estimate-interval", estimate_interval,
+                 "how often the estimated starts of pending jobs are made "
+                 "(see --estimate-jobs)")
+      ->capture_default_str();
   app.add_option("--elastic-grow-after", grow_after,
                  "an elastic job (resources.min_nodes) running on fewer nodes "
                  "than it asked for grows onto free nodes once its attempt "
@@ -337,7 +342,9 @@ int main(int argc, char** argv) {
                         &weights.half_life),
         std::make_tuple("--max-age", &max_age, &weights.max_age),
         std::make_tuple("--elastic-grow-after", &grow_after,
-                        &opts.controller.elastic_grow_after)}) {
+                        &opts.controller.elastic_grow_after),
+        std::make_tuple("--estimate-interval", &estimate_interval,
+                        &opts.controller.estimate_interval)}) {
     if (out == &opts.controller.elastic_grow_after && *text == "never") {
       *out = absl::InfiniteDuration();
       continue;

@@ -250,15 +250,19 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FullPassSnapshot(const scheduler::FairShare& fs,
                         const std::vector<scheduler::JobRequest>& queue,
-                        scheduler::ClusterSnapshot* snapshot) const
+                        scheduler::ClusterSnapshot* snapshot,
+                        bool shares = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a running elastic job has fewer nodes than it asked for (full
   // passes then run periodically even with nothing pending, to grow it).
   bool AnyElasticShort() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The cluster side of a snapshot: nodes, running gangs, usage, policies
-  // and options (no queue, no holds). Changes nothing.
+  // and options (no queue, no holds). Changes nothing. The gangs' shares
+  // (what reservations replay) are filled when a policy reads them, or with
+  // `shares`.
   void SnapshotCluster(const scheduler::FairShare& fs,
-                       scheduler::ClusterSnapshot* snapshot) const
+                       scheduler::ClusterSnapshot* snapshot,
+                       bool shares = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckLiveness() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckTimeLimits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,6 +3,7 @@
 // model afterwards (starts checked again, preemptions, reservations and
 // reasons kept for readers).
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -157,8 +158,8 @@ void Controller::FullPassQueue(const scheduler::FairShare& fs,
 void Controller::FullPassSnapshot(
     const scheduler::FairShare& fs,
     const std::vector<scheduler::JobRequest>& queue,
-    scheduler::ClusterSnapshot* snapshot) const {
-  SnapshotCluster(fs, snapshot);
+    scheduler::ClusterSnapshot* snapshot, bool shares) const {
+  SnapshotCluster(fs, snapshot, shares);
   for (const auto& req : queue) ++snapshot->queues[req.queue].pending_jobs;
   // Preemptors' claims stand, as in a full pass.
   for (const auto& [id, held] : preempt_holds_) {
@@ -180,7 +181,8 @@ void Controller::EstimateStarts() {
     const scheduler::FairShare fs(shares.weights, shares.queue_usage,
                                   shares.user_usage, shares.active_users);
     FullPassQueue(fs, &queue);
-    FullPassSnapshot(fs, queue, &snapshot);
+    // The running jobs' shares, whatever the pass's options need.
+    FullPassSnapshot(fs, queue, &snapshot, /*shares=*/true);
     generation = generation_;
   }
   // Every blocked job in rank order gets a reservation, as the first few
@@ -191,8 +193,22 @@ void Controller::EstimateStarts() {
   snapshot.preemption = false;
   snapshot.max_grows = 0;
   const absl::Time now = snapshot.now;
+  // Jobs their queue's quota or per-user limit holds get no reservation:
+  // a second pass without the queues' policies estimates when resources
+  // free for them (a lower bound: the quota may hold them longer).
+  scheduler::ClusterSnapshot unlimited;
+  std::vector<scheduler::JobRequest> all;
+  if (!snapshot.policies.empty()) {
+    unlimited = snapshot;
+    unlimited.policies.clear();
+    all = queue;
+  }
   scheduler::Decisions d =
       scheduler::Schedule(std::move(snapshot), std::move(queue));
+  scheduler::Decisions held;
+  if (!d.job_reasons.empty()) {
+    held = scheduler::Schedule(std::move(unlimited), std::move(all));
+  }
   absl::MutexLock lock(&mu_);
   // The model was rebuilt meanwhile (a reload, a failed write): these
   // estimates are of another state.
@@ -205,10 +221,20 @@ void Controller::EstimateStarts() {
   for (const auto& [id, placement] : d.starts) {
     estimates_[state::JobTable::ParseId(id)] = now;
   }
+  if (!d.job_reasons.empty()) {
+    std::unordered_set<std::string> policy_held;
+    for (const auto& [id, why] : d.job_reasons) policy_held.insert(id);
+    for (const scheduler::Reservation& r : held.reservations) {
+      if (policy_held.count(r.job_id) > 0) {
+        estimates_.emplace(state::JobTable::ParseId(r.job_id), r.start);
+      }
+    }
+  }
 }
 
 void Controller::SnapshotCluster(const scheduler::FairShare& fs,
-                                 scheduler::ClusterSnapshot* snapshot) const {
+                                 scheduler::ClusterSnapshot* snapshot,
+                                 bool shares) const {
   const absl::Time mono_now = clock_->MonotonicNow();
   const absl::Time wall_now = clock_->Now();
   snapshot->nodes.reserve(nodes_.all().size());
@@ -234,7 +260,10 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
       // What the ledger still holds for it there (ranks that ended early
       // gave theirs back already, and may not be given back twice); only
       // reservations and preemption read it.
-      if (opts_.reservations == 0 && !opts_.preemption && !elastic) continue;
+      if (!shares && opts_.reservations == 0 && !opts_.preemption &&
+          !elastic) {
+        continue;
+      }
       if (const state::Hold* hold =
               ledger_.FindHold(a.node(), id, rec->job.attempt())) {
         gang.shares.push_back(hold->share);
@@ -265,6 +294,7 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
           q == nullptr || gang.ran >= FromProto(q->min_runtime());
     }
     if (elastic) {
+      gang.submit_seq = rec->as_request.submit_seq;
       gang.request = rec->request;
       gang.min_nodes = min_nodes;
       // Only while every node it has is connected and takes work: the

@@ -1129,6 +1129,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
           Reservation keep;
           keep.job_id = v->job_id;
           keep.priority = v->rank;
+          keep.submit_seq = v->submit_seq;
           keep.start = snapshot.now + v->grace;
           for (const NodeShare& share : kept) {
             p.keep_nodes.push_back(share.node);
@@ -1515,6 +1516,7 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
         Reservation r;
         r.job_id = g->job_id;
         r.priority = g->rank;
+        r.submit_seq = g->submit_seq;
         r.start = snapshot.now + g->grace;
         r.nodes = grow.nodes;
         r.waits_for = {g->job_id};

@@ -143,6 +143,9 @@ struct RunningGang {
   std::shared_ptr<const v1::ResourceRequest> request;
   int32_t min_nodes = 0;
   bool may_grow = false;
+  // Its place among equal ranks (JobRequest::submit_seq): the hold of its
+  // restart after a resize applies to jobs after it, not to itself.
+  int64_t submit_seq = 0;
 };
 
 // A running gang stopped so that a job ranked above it can start: whole

@@ -754,6 +754,12 @@ TEST_F(QueuesTest, AnElasticJobStartsSmallGrowsAndShrinks) {
     }
     Settle();
   };
+  // Fenced off (grace and a heartbeat) but its old rank on b still holds
+  // its GPUs: it does not restart on a and c alone (and grow again later).
+  tick(absl::Seconds(12));
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING)
+      << "restarted on fewer nodes than it holds"
+      << controller_->GetJob(id)->DebugString();
   stopped(started);
   for (int i = 0; i < 20 && controller_->GetJob(id)->state() == v1::PENDING;
        ++i) {
