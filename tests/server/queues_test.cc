@@ -840,5 +840,32 @@ TEST_F(QueuesTest, EveryPendingJobGetsAnEstimatedStart) {
   EXPECT_EQ(estimate(waiting[2]), clock_.Now());
 }
 
+// A job its queue's quota holds gets its estimate from a pass without the
+// queues' policies: when resources free for it.
+TEST_F(QueuesTest, AQuotaHeldJobIsEstimatedFromWhenResourcesFree) {
+  auto a = AddNode("a", 8);
+  v1::QueueSpec spec = Spec("research", 1);
+  auto* quota = spec.add_quotas();
+  quota->set_gpu_model("NVIDIA H100 80GB HBM3");
+  quota->set_nominal_gpus(8);
+  ASSERT_TRUE(Put(spec).ok());
+  const std::string running = SubmitTo("research", 8, 0, 3600)->job_id();
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetJob(running)->state(), v1::SCHEDULED);
+  const std::string held = SubmitTo("research", 8, 0, 3600)->job_id();
+  controller_->Tick();
+  Settle();
+  v1::Job job = *controller_->GetJob(held);
+  ASSERT_EQ(job.state(), v1::PENDING);
+  EXPECT_NE(job.reason().find("quota"), std::string::npos) << job.reason();
+  EXPECT_FALSE(job.has_estimated_start_time());
+  controller_->EstimateStarts();
+  job = *controller_->GetJob(held);
+  ASSERT_TRUE(job.has_estimated_start_time()) << job.reason();
+  EXPECT_EQ(FromProto(job.estimated_start_time()),
+            clock_.Now() + absl::Hours(1));
+}
+
 }  // namespace
 }  // namespace xl::control
