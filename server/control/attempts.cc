@@ -177,12 +177,15 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
       });
 }
 
+absl::Duration Controller::GraceOf(const JobRecord& rec) {
+  const absl::Duration grace = FromProto(rec.job.spec().grace_period());
+  return grace > absl::ZeroDuration() ? grace : absl::Seconds(10);
+}
+
 absl::Duration Controller::LostNodeFence(const JobRecord& rec) const {
-  absl::Duration grace = FromProto(rec.job.spec().grace_period());
-  if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
   return std::max(absl::ZeroDuration(),
                   opts_.lease - opts_.heartbeat_timeout) +
-         grace + opts_.heartbeat_interval;
+         GraceOf(rec) + opts_.heartbeat_interval;
 }
 
 Controller::Sends Controller::StopMessages(const JobRecord& rec,

@@ -171,10 +171,9 @@ void Controller::LoadModel(store::StoredState state) {
     const int64_t by = state::JobTable::ParseId(victim->job.preempted_by());
     const JobRecord* preemptor = jobs_.Find(by);
     if (preemptor == nullptr || preemptor->job.state() != v1::PENDING) continue;
-    absl::Duration grace = FromProto(victim->job.spec().grace_period());
-    if (grace <= absl::ZeroDuration()) grace = absl::Seconds(10);
     absl::Time& until = preempting_[by];
-    until = std::max(until, now_mono + grace + opts_.heartbeat_timeout);
+    until = std::max(until,
+                     now_mono + GraceOf(*victim) + opts_.heartbeat_timeout);
   }
   for (auto& e : state.events) {
     JobRecord* rec = jobs_.Find(e.job_id());

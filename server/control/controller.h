@@ -322,6 +322,8 @@ class Controller {
   // How long a job whose node was lost waits before it runs elsewhere: the
   // rest of the lost node's lease, the job's grace, and a heartbeat.
   absl::Duration LostNodeFence(const JobRecord& rec) const;
+  // The time its ranks get between SIGTERM and SIGKILL (10 s when unset).
+  static absl::Duration GraceOf(const JobRecord& rec);
   // Sends once every write queued so far has committed (a stop must not
   // act on a change that may still fail to be recorded).
   void SendAfterCommits(Sends sends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
