@@ -194,8 +194,10 @@ void Controller::EstimateStarts() {
   snapshot.max_grows = 0;
   const absl::Time now = snapshot.now;
   // Jobs their queue's quota or per-user limit holds get no reservation:
-  // a second pass without the queues' policies estimates when resources
-  // free for them (a lower bound: the quota may hold them longer).
+  // they start when both their policy admits them (the pass says when the
+  // running gangs counted against it have ended enough) and resources
+  // free for them (a second pass without the queues' policies).
+  snapshot.policy_frees = true;
   scheduler::ClusterSnapshot unlimited;
   std::vector<scheduler::JobRequest> all;
   if (!snapshot.policies.empty()) {
@@ -221,14 +223,26 @@ void Controller::EstimateStarts() {
   for (const auto& [id, placement] : d.starts) {
     estimates_[state::JobTable::ParseId(id)] = now;
   }
-  if (!d.job_reasons.empty()) {
-    std::unordered_set<std::string> policy_held;
-    for (const auto& [id, why] : d.job_reasons) policy_held.insert(id);
-    for (const scheduler::Reservation& r : held.reservations) {
-      if (policy_held.count(r.job_id) > 0) {
-        estimates_.emplace(state::JobTable::ParseId(r.job_id), r.start);
-      }
+  if (d.job_reasons.empty()) return;
+  // When resources free for the jobs a policy holds (or that it narrowed
+  // to some GPU models): now, or their reservation without the policies.
+  std::unordered_map<std::string, absl::Time> resources_at;
+  for (const scheduler::Reservation& r : held.reservations) {
+    resources_at[r.job_id] = r.start;
+  }
+  for (const auto& [id, placement] : held.starts) resources_at[id] = now;
+  std::unordered_map<std::string, absl::Time> policy_at(
+      d.policy_frees_at.begin(), d.policy_frees_at.end());
+  for (const auto& [id, why] : d.job_reasons) {
+    auto r = resources_at.find(id);
+    if (r == resources_at.end()) continue;
+    absl::Time at = r->second;
+    if (auto p = policy_at.find(id); p != policy_at.end()) {
+      // Its policy never admits it as the running jobs end: no estimate.
+      if (p->second == absl::InfiniteFuture()) continue;
+      at = std::max(at, p->second);
     }
+    estimates_.emplace(state::JobTable::ParseId(id), at);
   }
 }
 

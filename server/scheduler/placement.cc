@@ -729,6 +729,8 @@ class PolicyGate {
       by_user[name] = usage.user_gpus;
     }
     book_ = std::make_unique<QuotaBook>(&snapshot.policies, by_model, by_user);
+    // What the running gangs hold, before this pass starts anything.
+    if (snapshot.policy_frees) before_ = std::make_unique<QuotaBook>(*book_);
     std::set<std::string> models;
     for (const NodeInfo* layout : fleet.layouts()) {
       for (const NodeInfo::Gpu& gpu : layout->gpus) models.insert(gpu.model);
@@ -847,6 +849,61 @@ class PolicyGate {
     failed_.clear();
   }
 
+  // When the policy would admit `job` if the gangs counted against it
+  // ended at their time limits, earliest first, and nothing else started:
+  // InfiniteFuture when their ends never make room (no time limits, or
+  // more than the quota ever allows). From what the running gangs held
+  // before this pass (needs ClusterSnapshot::policy_frees); kept per
+  // request for the pass.
+  absl::Time FreesAt(const JobRequest& job,
+                     const std::vector<RunningGang>& running) {
+    const Key key{job.queue, job.user,
+                  int64_t{job.resources->nodes()} *
+                      job.resources->gpus_per_node(),
+                  job.resources.get()};
+    if (auto f = frees_.find(key); f != frees_.end()) return f->second;
+    const QueuePolicy& own = snapshot_.policies.at(job.queue);
+    std::vector<const RunningGang*> ending;
+    for (const RunningGang& g : running) {
+      if (g.shares.empty() || g.expected_end == absl::InfiniteFuture()) {
+        continue;
+      }
+      if (g.queue != job.queue) {
+        auto p = snapshot_.policies.find(g.queue);
+        if (own.cohort.empty() || p == snapshot_.policies.end() ||
+            p->second.cohort != own.cohort) {
+          continue;
+        }
+      }
+      ending.push_back(&g);
+    }
+    std::sort(ending.begin(), ending.end(),
+              [](const RunningGang* a, const RunningGang* b) {
+                return a->expected_end < b->expected_end;
+              });
+    QuotaBook trial(*before_);
+    absl::Time at = absl::InfiniteFuture();
+    for (size_t i = 0; i < ending.size(); ++i) {
+      std::map<std::string, int64_t> held = ModelsOf(ending[i]->shares);
+      for (auto& [model, n] : held) n = -n;
+      trial.Charge(ending[i]->queue, ending[i]->user, held);
+      // Gangs ending at the same time free their GPUs together.
+      if (i + 1 < ending.size() &&
+          ending[i + 1]->expected_end == ending[i]->expected_end) {
+        continue;
+      }
+      JobRequest attempt = job;
+      bool narrowed = false, reclaimable = false;
+      std::string reason;
+      if (AdmitWith(trial, &attempt, &narrowed, &reason, &reclaimable)) {
+        at = ending[i]->expected_end;
+        break;
+      }
+    }
+    frees_[key] = at;
+    return at;
+  }
+
   // A job that got a reservation (or preempted for one) keeps its quota:
   // jobs of its queue ranked after it cannot use it up meanwhile. Counted
   // on the models of the GPUs it would get (or, without those, the first
@@ -945,8 +1002,10 @@ class PolicyGate {
   const ClusterSnapshot& snapshot_;
   std::unique_ptr<QuotaBook> book_;
   std::unique_ptr<QuotaBook> trial_;
+  std::unique_ptr<QuotaBook> before_;
   std::vector<std::string> models_;
   std::map<Key, std::pair<std::shared_ptr<const std::string>, bool>> failed_;
+  std::map<Key, absl::Time> frees_;
   std::map<std::pair<const v1::ResourceRequest*, std::string>,
            std::shared_ptr<const v1::ResourceRequest>>
       narrowed_;
@@ -1260,6 +1319,15 @@ Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue) {
                                          job.queue, " lent to its cohort"),
                             /*may_shrink=*/false);
           continue;
+        }
+        if (snapshot.policy_frees) {
+          // At its smallest, as it would first be admitted.
+          JobRequest smallest = job;
+          if (min_nodes > 0) {
+            smallest.resources = sized_of(job.resources, min_nodes);
+          }
+          out.policy_frees_at.emplace_back(
+              job.job_id, policy.FreesAt(smallest, snapshot.running));
         }
         out.job_reasons.emplace_back(job.job_id, why);
         out.waiting.emplace_back(std::move(job.job_id), std::move(why));

@@ -226,6 +226,9 @@ struct ClusterSnapshot {
   // Elastic gangs (RunningGang::may_grow) grown this pass onto what is left
   // free after the pending jobs, highest rank first; 0: none.
   int max_grows = 0;
+  // For estimates: when the queue's policy would admit each job it holds
+  // (Decisions::policy_frees_at).
+  bool policy_frees = false;
   // Reservations an earlier pass made that still stand (a pass over new jobs
   // only): their nodes are held from the first job ranked after theirs on,
   // and they count towards max_reservations.
@@ -257,6 +260,12 @@ struct Decisions {
   // limit) rather than what their class finds free; also in `waiting`.
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>>
       job_reasons;
+  // With ClusterSnapshot::policy_frees: for each job its queue's quota or
+  // per-user limit holds, when the running gangs that count against it
+  // (its queue's and its cohort's) have ended at their time limits enough
+  // for the policy to admit it, as things stand (jobs ranked before it may
+  // take that room first). InfiniteFuture when their ends never make room.
+  std::vector<std::pair<std::string, absl::Time>> policy_frees_at;
   // Gangs to stop (each once), for jobs that then wait in `waiting` with
   // a reservation (in `reservations`) on the nodes they free.
   std::vector<Preemption> preemptions;

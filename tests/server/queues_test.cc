@@ -867,5 +867,43 @@ TEST_F(QueuesTest, AQuotaHeldJobIsEstimatedFromWhenResourcesFree) {
             clock_.Now() + absl::Hours(1));
 }
 
+// Resources are free now; its quota admits it when the queue's running
+// job ends at its time limit: that is its estimate. A queue whose running
+// job has no time limit gives its held job none (it would be a guess).
+TEST_F(QueuesTest, AJobOnlyItsQuotaHoldsIsEstimatedFromWhenTheQuotaFrees) {
+  auto a = AddNode("a", 8);
+  auto b = AddNode("b", 8);
+  auto c = AddNode("c", 8);
+  for (const char* name : {"research", "open"}) {
+    v1::QueueSpec spec = Spec(name, 1);
+    auto* quota = spec.add_quotas();
+    quota->set_gpu_model("*");
+    quota->set_nominal_gpus(8);
+    ASSERT_TRUE(Put(spec).ok());
+  }
+  const std::string running = SubmitTo("research", 8, 0, 1800)->job_id();
+  const std::string forever = SubmitTo("open", 8)->job_id();
+  controller_->Tick();
+  Settle();
+  ASSERT_EQ(controller_->GetJob(running)->state(), v1::SCHEDULED);
+  ASSERT_EQ(controller_->GetJob(forever)->state(), v1::SCHEDULED);
+  const std::string held = SubmitTo("research", 8, 0, 3600)->job_id();
+  const std::string never = SubmitTo("open", 8)->job_id();
+  controller_->Tick();
+  Settle();
+  v1::Job job = *controller_->GetJob(held);
+  ASSERT_EQ(job.state(), v1::PENDING);
+  EXPECT_NE(job.reason().find("quota"), std::string::npos) << job.reason();
+  controller_->EstimateStarts();
+  job = *controller_->GetJob(held);
+  ASSERT_TRUE(job.has_estimated_start_time()) << job.reason();
+  EXPECT_EQ(FromProto(job.estimated_start_time()),
+            clock_.Now() + absl::Minutes(30));
+  job = *controller_->GetJob(never);
+  ASSERT_EQ(job.state(), v1::PENDING);
+  EXPECT_FALSE(job.has_estimated_start_time())
+      << FromProto(job.estimated_start_time());
+}
+
 }  // namespace
 }  // namespace xl::control
