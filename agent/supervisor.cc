@@ -166,6 +166,7 @@ constexpr int kStageExec = 2;
 constexpr int kStageSetup = 3;
 constexpr int kStageCgroup = 4;
 constexpr int kStageUser = 5;
+constexpr int kStageCheckpointDir = 6;
 
 // What the child becomes before execve, prepared by the parent (no
 // allocation after fork).
@@ -180,7 +181,30 @@ struct ChildIdentity {
   gid_t gid = 0;
   const gid_t* groups = nullptr;
   size_t group_count = 0;
+  // JobSpec.checkpoint_dir (writable, NUL-terminated; nullptr: none): made
+  // with its missing parents as the rank's user.
+  char* checkpoint_dir = nullptr;
 };
+
+// mkdir -p as whoever calls it, mode 0700 for what it makes;
+// async-signal-safe (no allocation: `path` is edited in place and
+// restored). False with errno set when `path` is not a directory it may
+// write to at the end.
+bool MakeDirsInChild(char* path) {
+  for (char* p = path + 1; *p != '\0'; ++p) {
+    if (*p != '/') continue;
+    *p = '\0';
+    const int made = ::mkdir(path, 0700);
+    const int err = errno;
+    *p = '/';
+    if (made != 0 && err != EEXIST) {
+      errno = err;
+      return false;
+    }
+  }
+  if (::mkdir(path, 0700) != 0 && errno != EEXIST) return false;
+  return ::access(path, W_OK | X_OK) == 0;
+}
 
 // Runs in the child between fork and execve: async-signal-safe calls only.
 // The credentials change through raw system calls: the child has one
@@ -207,6 +231,11 @@ struct ChildIdentity {
             0) {
       fail(kStageUser);
     }
+  }
+  // As the job's user: it may write only where its user may.
+  if (identity.checkpoint_dir != nullptr &&
+      !MakeDirsInChild(identity.checkpoint_dir)) {
+    fail(kStageCheckpointDir);
   }
   // After the credentials: changing them clears the parent-death signal.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(kStageSetup);
@@ -801,6 +830,8 @@ void Supervisor::Launch(const v1::StartRanks& request,
   identity.gid = user.gid;
   identity.groups = user.groups.data();
   identity.group_count = user.groups.size();
+  std::string checkpoint_dir = request.checkpoint_dir();
+  if (!checkpoint_dir.empty()) identity.checkpoint_dir = checkpoint_dir.data();
 
   const pid_t parent = getpid();
   pid_t pid = fork();
@@ -858,6 +889,13 @@ void Supervisor::Launch(const v1::StartRanks& request,
         message = absl::StrCat("cannot move the rank into its cgroup ",
                                attempt.cgroup->main_dir(), ": ",
                                ErrnoString(child_error.err));
+        break;
+      case kStageCheckpointDir:
+        message = absl::StrCat(
+            "cannot make checkpoint_dir ", request.checkpoint_dir(),
+            " as user ", user.name, ": ", ErrnoString(child_error.err),
+            "; give a checkpoint_dir on a filesystem this node mounts whose "
+            "parent the user may write to (or create it for them)");
         break;
       case kStageUser:
         message = absl::StrCat("cannot switch to user ", user.name, " (uid ",
@@ -1150,6 +1188,9 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
   status.set_rank(std::get<2>(process.key));
   status.set_state(v1::RANK_EXITED);
   status.set_pid(process.pid);
+  // What the output above reached: the scheduler waits for it to be stored.
+  status.set_stdout_bytes(process.out.offset);
+  status.set_stderr_bytes(process.err.offset);
   if (WIFSIGNALED(wait_status)) {
     int sig = WTERMSIG(wait_status);
     status.set_signal(sig);

@@ -89,7 +89,8 @@ struct CommandLine::Flags {
   CLI::App* token_cmd = nullptr;
   CLI::App* queue_cmd = nullptr;
   double queue_weight = 0;
-  std::string queue_cohort, queue_default_time, queue_max_time;
+  std::string queue_cohort, queue_default_time, queue_max_time,
+      queue_checkpoint_dir;
   int64_t queue_user_gpus = 0, queue_user_pending = 0;
   int32_t queue_max_priority = 0;
   std::string queue_min_runtime;
@@ -101,6 +102,7 @@ struct CommandLine::Flags {
   CLI::Option* queue_cohort_opt = nullptr;
   CLI::Option* queue_default_time_opt = nullptr;
   CLI::Option* queue_max_time_opt = nullptr;
+  CLI::Option* queue_checkpoint_dir_opt = nullptr;
   CLI::Option* queue_user_gpus_opt = nullptr;
   CLI::Option* queue_user_pending_opt = nullptr;
   CLI::Option* queue_max_priority_opt = nullptr;
@@ -331,6 +333,10 @@ CommandLine::CommandLine()
   f.queue_max_time_opt = queue_set->add_option(
       "--max-time-limit", f.queue_max_time,
       "longer jobs are refused at submit, like 3d (0: no maximum)");
+  f.queue_checkpoint_dir_opt = queue_set->add_option(
+      "--default-checkpoint-dir", f.queue_checkpoint_dir,
+      "checkpoint_dir of jobs that give none: a path every node mounts, "
+      "{job} and {attempt} expand, like /shared/ckpt/{job} (\"\": none)");
   f.queue_user_gpus_opt = queue_set->add_option(
       "--max-running-gpus-per-user", f.queue_user_gpus,
       "GPUs one user's running jobs may hold in the queue (0: no limit)");
@@ -606,6 +612,9 @@ void CommandLine::Resolve() {
       q.default_time_limit = f.queue_default_time;
     }
     if (f.queue_max_time_opt->count() > 0) q.max_time_limit = f.queue_max_time;
+    if (f.queue_checkpoint_dir_opt->count() > 0) {
+      q.default_checkpoint_dir = f.queue_checkpoint_dir;
+    }
     if (f.queue_user_gpus_opt->count() > 0) {
       q.max_running_gpus_per_user = f.queue_user_gpus;
     }

@@ -80,6 +80,7 @@ struct QueueOptions {
   std::vector<std::string> quotas;
   bool no_quotas = false;
   std::optional<std::string> default_time_limit, max_time_limit;
+  std::optional<std::string> default_checkpoint_dir;
   std::optional<int64_t> max_running_gpus_per_user, max_pending_jobs_per_user;
   std::optional<int32_t> max_priority;
   bool no_max_priority = false;

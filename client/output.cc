@@ -376,6 +376,9 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
     block.Add("Command", ShellJoin(spec.command()));
   }
   if (!spec.working_dir().empty()) block.Add("Working dir", spec.working_dir());
+  if (!spec.checkpoint_dir().empty()) {
+    block.Add("Checkpoints", spec.checkpoint_dir());
+  }
   std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
   block.Add("Env", absl::StrJoin(env, " ", absl::PairFormatter("=")));
   if (r.min_nodes() > 0 && r.min_nodes() < r.nodes()) {
@@ -859,6 +862,10 @@ std::string QueueDetails(const xl::v1::Queue& q,
   block.Add("Time limit",
             absl::StrCat("default ", LimitText(s.default_time_limit()),
                          ", max ", LimitText(s.max_time_limit())));
+  if (!s.default_checkpoint_dir().empty()) {
+    block.Add("Checkpoints", absl::StrCat(s.default_checkpoint_dir(),
+                                          " (jobs that name none)"));
+  }
   block.Add("Per user",
             absl::StrCat(s.max_running_gpus_per_user() > 0
                              ? absl::StrCat(s.max_running_gpus_per_user(),

@@ -162,6 +162,9 @@ absl::Status Commands::QueueCommand(const QueueOptions& o) {
                                          *o.max_time_limit));
       *spec->mutable_max_time_limit() = ToProtoDuration(d);
     }
+    if (o.default_checkpoint_dir) {
+      spec->set_default_checkpoint_dir(*o.default_checkpoint_dir);
+    }
     if (o.max_running_gpus_per_user) {
       spec->set_max_running_gpus_per_user(*o.max_running_gpus_per_user);
     }

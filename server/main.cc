@@ -202,7 +202,13 @@ int main(int argc, char** argv) {
                  "at start; queues it does not name are left as they are")
       ->check(CLI::ExistingFile);
   std::string half_life = "7d", max_age = "7d", grow_after = "10m",
-              estimate_interval = "1m";
+              estimate_interval = "1m", log_settle = "10s";
+  app.add_option("--log-settle", log_settle,
+                 "a rank's exit is acted on once the output its agent says "
+                 "it wrote before exiting is stored, or after waiting this "
+                 "long for it (so `xlctl logs` after `xlctl wait` shows "
+                 "everything)")
+      ->capture_default_str();
   app.add_option("--estimate-interval", estimate_interval,
                  "how often the estimated starts of pending jobs are made "
                  "(see --estimate-jobs)")
@@ -344,7 +350,9 @@ int main(int argc, char** argv) {
         std::make_tuple("--elastic-grow-after", &grow_after,
                         &opts.controller.elastic_grow_after),
         std::make_tuple("--estimate-interval", &estimate_interval,
-                        &opts.controller.estimate_interval)}) {
+                        &opts.controller.estimate_interval),
+        std::make_tuple("--log-settle", &log_settle,
+                        &opts.controller.log_settle)}) {
     if (out == &opts.controller.elastic_grow_after && *text == "never") {
       *out = absl::InfiniteDuration();
       continue;

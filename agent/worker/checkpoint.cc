@@ -120,28 +120,44 @@ absl::Status WriteCheckpoint(const std::string& dir, const TrainState& state,
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Errno(errno, "mkdir " + dir);
   }
-  std::string buf;
-  buf.reserve(kHeaderBytes + 3 * count * sizeof(float) + 8);
-  buf.append(kMagic, 4);
-  Append<uint32_t>(&buf, kCheckpointVersion);
-  Append<uint64_t>(&buf, static_cast<uint64_t>(state.step));
-  Append<uint64_t>(&buf, fingerprint);
-  Append<uint64_t>(&buf, count);
-  Append<uint64_t>(&buf, static_cast<uint64_t>(state.adam_t));
-  Append<float>(&buf, state.loss_scale);
-  Append<uint32_t>(&buf, 0);
-  Append<uint64_t>(&buf, static_cast<uint64_t>(state.good_steps));
-  for (const auto* vec : {&state.params, &state.m, &state.v}) {
-    buf.append(reinterpret_cast<const char*>(vec->data()),
-               count * sizeof(float));
-  }
-  Append<uint64_t>(&buf, Fnv1a64(buf.data(), buf.size()));
+  // Streamed: the header, then each vector from where it lies, with the
+  // checksum carried along (never the whole state as one more copy).
+  std::string header;
+  header.reserve(kHeaderBytes);
+  header.append(kMagic, 4);
+  Append<uint32_t>(&header, kCheckpointVersion);
+  Append<uint64_t>(&header, static_cast<uint64_t>(state.step));
+  Append<uint64_t>(&header, fingerprint);
+  Append<uint64_t>(&header, count);
+  Append<uint64_t>(&header, static_cast<uint64_t>(state.adam_t));
+  Append<float>(&header, state.loss_scale);
+  Append<uint32_t>(&header, 0);
+  Append<uint64_t>(&header, static_cast<uint64_t>(state.good_steps));
 
   const std::string path = CheckpointPath(dir, state.step);
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno(errno, "open " + tmp);
-  absl::Status st = WriteAll(fd, buf.data(), buf.size(), tmp);
+  uint64_t sum = Fnv1a64(header.data(), header.size());
+  absl::Status st = WriteAll(fd, header.data(), header.size(), tmp);
+  for (const auto* vec : {&state.params, &state.m, &state.v}) {
+    if (!st.ok()) break;
+    // In pieces, so the checksum of a piece is taken while it is in cache.
+    const char* p = reinterpret_cast<const char*>(vec->data());
+    size_t left = count * sizeof(float);
+    while (st.ok() && left > 0) {
+      const size_t n = std::min<size_t>(left, size_t{1} << 20);
+      sum = Fnv1a64(p, n, sum);
+      st = WriteAll(fd, p, n, tmp);
+      p += n;
+      left -= n;
+    }
+  }
+  if (st.ok()) {
+    std::string tail;
+    Append<uint64_t>(&tail, sum);
+    st = WriteAll(fd, tail.data(), tail.size(), tmp);
+  }
   if (st.ok() && ::fsync(fd) != 0) st = Errno(errno, "fsync " + tmp);
   if (::close(fd) != 0 && st.ok()) st = Errno(errno, "close " + tmp);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -165,46 +181,69 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path,
                                           uint64_t fingerprint, int64_t count) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Errno(errno, "open " + path);
-  std::string buf;
-  char chunk[1 << 16];
-  for (;;) {
-    ssize_t r = ::read(fd, chunk, sizeof(chunk));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return Errno(err, "read " + path);
-    }
-    if (r == 0) break;
-    buf.append(chunk, static_cast<size_t>(r));
+  // Read as written: the header, then each vector straight into its
+  // place, with the checksum carried along.
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Errno(err, "stat " + path);
   }
-  ::close(fd);
-  if (buf.size() < kHeaderBytesV1 + 8 ||
+  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+  // Fills `n` bytes at `p` (false at the end of the file or on an error).
+  auto read_exact = [&](void* p, size_t n, absl::Status* err) {
+    auto* out = static_cast<char*>(p);
+    while (n > 0) {
+      const ssize_t r = ::read(fd, out, n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        *err = Errno(errno, "read " + path);
+        return false;
+      }
+      if (r == 0) {
+        *err = absl::DataLossError("truncated");
+        return false;
+      }
+      out += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  };
+  auto fail = [&](absl::Status st) {
+    ::close(fd);
+    return st;
+  };
+  std::string buf(kHeaderBytes, '\0');
+  absl::Status err;
+  if (file_size < kHeaderBytesV1 + 8 ||
+      !read_exact(buf.data(), kHeaderBytesV1, &err) ||
       std::memcmp(buf.data(), kMagic, 4) != 0) {
-    return absl::DataLossError("not a checkpoint (bad magic or too short)");
+    if (!err.ok() && err.code() != absl::StatusCode::kDataLoss) return fail(err);
+    return fail(absl::DataLossError("not a checkpoint (bad magic or too short)"));
   }
   const uint32_t version = ReadAt<uint32_t>(buf, 4);
   if (version != 1 && version != kCheckpointVersion) {
-    return absl::FailedPreconditionError(
+    return fail(absl::FailedPreconditionError(
         absl::StrCat("version ", version, ", expected 1 to ",
-                     kCheckpointVersion, " (written by a newer xl-train?)"));
+                     kCheckpointVersion, " (written by a newer xl-train?)")));
   }
   const size_t header = version == 1 ? kHeaderBytesV1 : kHeaderBytes;
   const uint64_t n = ReadAt<uint64_t>(buf, 24);
-  const size_t want = header + 3 * n * sizeof(float) + 8;
-  if (n > (1ull << 40) || buf.size() != want) {
-    return absl::DataLossError(absl::StrCat(
-        "size ", buf.size(), " bytes, ", "expected ", want, " (truncated?)"));
-  }
-  const uint64_t sum = ReadAt<uint64_t>(buf, buf.size() - 8);
-  if (sum != Fnv1a64(buf.data(), buf.size() - 8)) {
-    return absl::DataLossError("checksum mismatch (corrupt)");
+  const uint64_t want = header + 3 * n * sizeof(float) + 8;
+  if (n > (1ull << 40) || file_size != want) {
+    return fail(absl::DataLossError(absl::StrCat(
+        "size ", file_size, " bytes, ", "expected ", want, " (truncated?)")));
   }
   if (ReadAt<uint64_t>(buf, 16) != fingerprint ||
       n != static_cast<uint64_t>(count)) {
-    return absl::FailedPreconditionError(
-        "model shape differs from this job's (config fingerprint mismatch)");
+    return fail(absl::FailedPreconditionError(
+        "model shape differs from this job's (config fingerprint mismatch)"));
   }
+  if (header > kHeaderBytesV1 &&
+      !read_exact(buf.data() + kHeaderBytesV1, header - kHeaderBytesV1, &err)) {
+    return fail(err);
+  }
+  uint64_t sum = Fnv1a64(buf.data(), header);
   TrainState s;
   s.step = static_cast<int64_t>(ReadAt<uint64_t>(buf, 8));
   s.adam_t = static_cast<int64_t>(ReadAt<uint64_t>(buf, 32));
@@ -212,12 +251,15 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path,
     s.loss_scale = ReadAt<float>(buf, kHeaderBytesV1);
     s.good_steps = static_cast<int64_t>(ReadAt<uint64_t>(buf, kHeaderBytesV1 + 8));
   }
-  size_t off = header;
   for (auto* vec : {&s.params, &s.m, &s.v}) {
     vec->resize(n);
-    std::memcpy(vec->data(), buf.data() + off, n * sizeof(float));
-    off += n * sizeof(float);
+    if (!read_exact(vec->data(), n * sizeof(float), &err)) return fail(err);
+    sum = Fnv1a64(vec->data(), n * sizeof(float), sum);
   }
+  uint64_t stored = 0;
+  if (!read_exact(&stored, sizeof(stored), &err)) return fail(err);
+  ::close(fd);
+  if (stored != sum) return absl::DataLossError("checksum mismatch (corrupt)");
   return s;
 }
 

@@ -211,7 +211,80 @@ bool Controller::RankWasOnNode(const NodeRecord& node, const JobRecord& rec,
   return false;
 }
 
-void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
+bool Controller::OutputBehind(const JobRecord& rec,
+                              const v1::RankStatus& st) const {
+  // Output past the job's quota is dropped: nothing more will come.
+  if (st.state() != v1::RANK_EXITED || rec.log_capped) return false;
+  auto stored = [&](v1::LogStream stream) -> int64_t {
+    if (rec.log_ends_attempt != st.attempt()) return 0;
+    auto it = rec.log_ends.find({st.rank(), stream});
+    return it == rec.log_ends.end() ? 0 : it->second;
+  };
+  return stored(v1::STDOUT) < st.stdout_bytes() ||
+         stored(v1::STDERR) < st.stderr_bytes();
+}
+
+void Controller::SettleExits(int64_t job_id) {
+  const absl::Time now = clock_->MonotonicNow();
+  // Ranks with an exit still waiting: their later statuses wait behind it.
+  std::set<int32_t> waiting;
+  size_t i = 0;
+  while (true) {
+    JobRecord* rec = jobs_.Find(job_id);
+    if (rec == nullptr) {
+      parked_jobs_.erase(job_id);
+      return;
+    }
+    if (i >= rec->parked_exits.size()) {
+      if (rec->parked_exits.empty()) parked_jobs_.erase(job_id);
+      return;
+    }
+    const JobRecord::ParkedExit& p = rec->parked_exits[i];
+    const int32_t rank = p.status.rank();
+    const bool behind = OutputBehind(*rec, p.status);
+    if (waiting.count(rank) > 0 || (behind && now < p.until)) {
+      waiting.insert(rank);
+      ++i;
+      continue;
+    }
+    JobRecord::ParkedExit ready = p;
+    rec->parked_exits.erase(rec->parked_exits.begin() + i);
+    if (behind) {
+      Log(absl::StrCat("job ", ready.status.job_id(), " attempt ",
+                       ready.status.attempt(), " rank ", ready.status.rank(),
+                       ": acting on its exit without all of its output (",
+                       "waited ", absl::FormatDuration(opts_.log_settle),
+                       " for it)"));
+    }
+    // The node may have gone meanwhile: its loss settled the attempt.
+    if (NodeRecord* node = nodes_.Find(ready.node)) {
+      HandleRankStatus(node, ready.status, /*settled=*/true);
+    }
+  }
+}
+
+void Controller::CheckParkedExits() {
+  if (parked_jobs_.empty()) return;
+  const absl::Time now = clock_->MonotonicNow();
+  std::vector<int64_t> due;
+  for (int64_t id : parked_jobs_) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr || rec->parked_exits.empty()) {
+      due.push_back(id);
+      continue;
+    }
+    for (const auto& p : rec->parked_exits) {
+      if (now >= p.until) {
+        due.push_back(id);
+        break;
+      }
+    }
+  }
+  for (int64_t id : due) SettleExits(id);
+}
+
+void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
+                                  bool settled) {
   const int64_t id = state::JobTable::ParseId(st.job_id());
   JobRecord* rec = jobs_.Find(id);
   const state::Hold* hold = ledger_.FindHold(node->name, id, st.attempt());
@@ -268,6 +341,21 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st) {
       wake_ = true;
     }
     return;  // not this node's, or already released
+  }
+  // What the rank wrote before its exit is shown before the exit's
+  // outcome: the exit waits (at most log_settle) for that output to be
+  // stored, and statuses of the rank after it wait behind it.
+  if (current && !settled) {
+    bool queued = false;
+    for (const auto& p : rec->parked_exits) {
+      queued |= p.status.rank() == st.rank() && p.status.attempt() == st.attempt();
+    }
+    if (queued || OutputBehind(*rec, st)) {
+      rec->parked_exits.push_back(
+          {node->name, st, clock_->MonotonicNow() + opts_.log_settle});
+      parked_jobs_.insert(id);
+      return;
+    }
   }
   // The outcome counts at the first exit status; the resources only once
   // the rank's whole process group is gone.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,8 +65,10 @@ void Controller::LoadModel(store::StoredState state) {
     node.drained = n.drained;
     node.drain_reason = n.state_reason;
     node.register_time = n.register_time;
-    // Nobody is lost for the scheduler's own downtime: the timeout starts now.
-    node.last_heartbeat_mono = now_mono;
+    // Nobody is lost for the scheduler's own downtime: the timeout starts
+    // now, after the time agents take to notice and come back (their
+    // reconnect backoff).
+    node.last_heartbeat_mono = now_mono + opts_.reconnect_grace;
     node.last_heartbeat_wall = now_wall;
     auto c = conns.find(n.name);
     if (c != conns.end()) node.conn = c->second;
@@ -83,6 +86,14 @@ void Controller::LoadModel(store::StoredState state) {
     if (token != state.tokens.end()) rec.token = token->second;
     auto bytes = state.log_bytes.find(id);
     if (bytes != state.log_bytes.end()) rec.log_bytes = bytes->second;
+    rec.log_ends_attempt = rec.job.attempt();
+    for (auto it = state.log_ends.lower_bound({id, rec.job.attempt(), 0, 0});
+         it != state.log_ends.end() && std::get<0>(it->first) == id &&
+         std::get<1>(it->first) == rec.job.attempt();
+         ++it) {
+      rec.log_ends[{std::get<2>(it->first), std::get<3>(it->first)}] =
+          it->second;
+    }
     for (const auto& exit : rec.job.rank_exits()) {
       v1::RankStatus st;
       st.set_rank(exit.rank());
@@ -144,7 +155,7 @@ void Controller::LoadModel(store::StoredState state) {
     }
     if (!nodes_.Find(a.node())) {
       NodeRecord& node = nodes_.Upsert(a.node());
-      node.last_heartbeat_mono = now_mono;
+      node.last_heartbeat_mono = now_mono + opts_.reconnect_grace;
       node.last_heartbeat_wall = now_wall;
     }
     // A requeued job whose older attempt still holds resources may have
@@ -326,6 +337,7 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
   ProcessDisconnects();
   CheckLiveness();
   CheckTimeLimits();
+  CheckParkedExits();
   AccrueUsage();
   const absl::Time now = clock_->MonotonicNow();
   if (now >= next_retention_mono_) {

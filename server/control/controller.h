@@ -87,6 +87,16 @@ struct ControllerOptions {
   // A job's output beyond this is dropped (with one line saying so), so one
   // job cannot fill the scheduler's disk.
   int64_t max_log_bytes_per_job = int64_t{1} << 30;
+  // A rank's exit is acted on once the output the agent says the rank wrote
+  // before it (RankStatus.stdout_bytes, stderr_bytes) is stored, or after
+  // waiting this long for it (the output was lost: an agent that dropped
+  // it, a crash).
+  absl::Duration log_settle = absl::Seconds(10);
+  // After the scheduler starts, its nodes have this long on top of the
+  // heartbeat timeout to reconnect before any is counted lost: an agent
+  // retries with a backoff of up to 5 s (jittered), so a restart of the
+  // scheduler alone loses no node.
+  absl::Duration reconnect_grace = absl::Seconds(10);
   // In degraded mode, how often a probe write tries the disk.
   absl::Duration probe_interval = absl::Seconds(1);
   // When the loop itself did not run for this long (the process was
@@ -330,8 +340,18 @@ class Controller {
 
 
   // --- agents (agent_sessions.cc, ingest.cc) ---
-  void HandleRankStatus(NodeRecord* node, const v1::RankStatus& st)
+  // `settled`: the exit already waited for its output (SettleExits).
+  void HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
+                        bool settled = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether output the exit `st` says its rank wrote is not stored yet.
+  bool OutputBehind(const JobRecord& rec, const v1::RankStatus& st) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acts on the job's parked exits whose output is stored now or whose
+  // wait is over, in arrival order for each rank.
+  void SettleExits(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parked exits past their wait are acted on (Tick).
+  void CheckParkedExits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of `rec` failed on `node`: the next attempt avoids the node for
   // a while; a failure to start the agent puts down to the node counts
   // against it, and the node is drained once enough different jobs failed
@@ -462,6 +482,8 @@ class Controller {
   state::MasterPorts ports_ ABSL_GUARDED_BY(mu_);
   // Submits whose write has not committed yet.
   std::set<int64_t> uncommitted_ ABSL_GUARDED_BY(mu_);
+  // Jobs with exits waiting for their output (JobRecord::parked_exits).
+  std::set<int64_t> parked_jobs_ ABSL_GUARDED_BY(mu_);
   // Per-user submit limits, and each user's accepted submits not yet
   // committed (they count as pending).
   state::SubmitQuota quota_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 // Output and metrics from the agents: accepted only for ranks the sending
 // node ran in that attempt, stored, then acknowledged (logs) or shown live
 // (metrics, about one stored point a second).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -62,8 +63,22 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
         {
           absl::MutexLock lock(&mu_);
           if (generation != generation_) return;  // resent after the reload
-          if (JobRecord* rec = jobs_.Find(id); rec != nullptr && chunk->seq() != 0) {
-            rec->log_bytes += static_cast<int64_t>(chunk->data().size());
+          if (JobRecord* rec = jobs_.Find(id); rec != nullptr) {
+            if (chunk->seq() != 0) {
+              rec->log_bytes += static_cast<int64_t>(chunk->data().size());
+            }
+            // How far the rank's output is stored (a chunk sent again is
+            // stored once, but counts here too).
+            if (chunk->end_offset() > 0 &&
+                chunk->attempt() >= rec->log_ends_attempt) {
+              if (chunk->attempt() > rec->log_ends_attempt) {
+                rec->log_ends.clear();
+                rec->log_ends_attempt = chunk->attempt();
+              }
+              int64_t& end = rec->log_ends[{chunk->rank(), chunk->stream()}];
+              end = std::max(end, chunk->end_offset());
+              if (!rec->parked_exits.empty()) SettleExits(id);
+            }
           }
         }
         if (conn && ack.log_ack().seq() != 0) conn->Send(ack);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/scheduler/job_spec.h"
 
 namespace xl::control {
 namespace {
@@ -71,6 +72,14 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
   shared["XL_NODE_ADDRESS"] = a.address();
   shared["XL_SCHEDULER"] = context.scheduler_address;
   shared["XL_RENDEZVOUS_TOKEN"] = context.token;
+  if (!job.spec().checkpoint_dir().empty()) {
+    // Each rank creates it as the job's user (an agent that predates the
+    // field still exports it).
+    const std::string dir = scheduler::ExpandCheckpointDir(
+        job.spec().checkpoint_dir(), job.id(), job.attempt());
+    start->set_checkpoint_dir(dir);
+    shared["XL_CHECKPOINT_DIR"] = dir;
+  }
   if (context.shared_env) *start->mutable_env() = shared;
 
   for (int l = 0; l < a.ranks_size(); ++l) {

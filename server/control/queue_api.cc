@@ -82,6 +82,9 @@ absl::Status Controller::ApplyQueueToSpec(const std::string& user,
         "and a grace_period instead), or use a queue with "
         "allow_non_preemptible"));
   }
+  if (spec->checkpoint_dir().empty()) {
+    spec->set_checkpoint_dir(q->default_checkpoint_dir());
+  }
   const absl::Duration limit = FromProto(spec->time_limit());
   const absl::Duration def = FromProto(q->default_time_limit());
   const absl::Duration max = FromProto(q->max_time_limit());

@@ -11,6 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/text.h"
 
 namespace xl::scheduler {
@@ -340,7 +343,51 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
                absl::StrCat("'", Shown(spec->working_dir()),
                             "' is relative; give an absolute path"));
   }
+  return ValidateCheckpointDir("checkpoint_dir", spec->checkpoint_dir());
+}
+
+absl::Status ValidateCheckpointDir(const std::string& field,
+                                   const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  constexpr char kExample[] = "as /shared/ckpt/{job}";
+  if (dir.size() > 1024) {
+    return Bad(field, absl::StrCat("is ", dir.size(),
+                                   " bytes; give a path of at most 1024"));
+  }
+  if (dir[0] != '/') {
+    return Bad(field, absl::StrCat("'", Shown(dir),
+                                   "' is relative; give an absolute path on "
+                                   "a filesystem every node mounts, ",
+                                   kExample));
+  }
+  for (const char c : dir) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Bad(field, absl::StrCat("'", Shown(dir),
+                                     "' has a control character; give a "
+                                     "plain path, ", kExample));
+    }
+  }
+  for (absl::string_view part : absl::StrSplit(dir, '/')) {
+    if (part == "..") {
+      return Bad(field, absl::StrCat("'", Shown(dir),
+                                     "' has a '..' component; give the "
+                                     "path without it, ", kExample));
+    }
+  }
+  // Only {job} and {attempt} expand; any other brace is a typo.
+  std::string rest = absl::StrReplaceAll(dir, {{"{job}", ""}, {"{attempt}", ""}});
+  if (rest.find_first_of("{}") != std::string::npos) {
+    return Bad(field, absl::StrCat("'", Shown(dir),
+                                   "' has a '{' or '}' that is not {job} or "
+                                   "{attempt}; only those two expand"));
+  }
   return absl::OkStatus();
+}
+
+std::string ExpandCheckpointDir(const std::string& dir,
+                                const std::string& job_id, int32_t attempt) {
+  return absl::StrReplaceAll(
+      dir, {{"{job}", job_id}, {"{attempt}", absl::StrCat(attempt)}});
 }
 
 }  // namespace xl::scheduler

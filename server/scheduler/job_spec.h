@@ -4,6 +4,7 @@
 #ifndef XL_SERVER_SCHEDULER_JOB_SPEC_H_
 #define XL_SERVER_SCHEDULER_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -25,6 +26,16 @@ std::string Shown(const std::string& value);
 // ranks_per_node = gpus_per_node or 1, grace period 10s). Leaves `spec`
 // unspecified on error.
 absl::Status ValidateJobSpec(v1::JobSpec* spec);
+
+// A checkpoint directory (JobSpec.checkpoint_dir, a queue's
+// default_checkpoint_dir): empty, or an absolute path of at most 1024
+// bytes without control characters or '..', whose only braces are {job}
+// and {attempt}. The error names `field`.
+absl::Status ValidateCheckpointDir(const std::string& field,
+                                   const std::string& dir);
+// `dir` with {job} and {attempt} replaced.
+std::string ExpandCheckpointDir(const std::string& dir,
+                                const std::string& job_id, int32_t attempt);
 
 }  // namespace xl::scheduler
 

@@ -168,6 +168,11 @@ absl::Status ValidateQueueSpec(v1::QueueSpec* spec) {
                             HumanDuration(max), "; lower it or raise the "
                             "maximum"));
   }
+  if (absl::Status s = ValidateCheckpointDir("default_checkpoint_dir",
+                                             spec->default_checkpoint_dir());
+      !s.ok()) {
+    return s;
+  }
   if (spec->max_running_gpus_per_user() < 0) {
     return Bad("max_running_gpus_per_user", "give 0 (no limit) or more");
   }

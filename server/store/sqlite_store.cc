@@ -529,6 +529,24 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
     }));
   }
   {
+    // By the logs_once index, for the few jobs that run.
+    ASSIGN_OR_RETURN(
+        auto s,
+        db->Prepare(absl::StrCat(
+            "SELECT job_id, attempt, rank, stream, max(end_offset) FROM logs "
+            "WHERE end_offset IS NOT NULL AND job_id IN (SELECT id FROM jobs "
+            "WHERE state IN (",
+            v1::SCHEDULED, ", ", v1::RUNNING,
+            ")) GROUP BY job_id, attempt, rank, stream")));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      state.log_ends[{s->ColumnInt(0), static_cast<int32_t>(s->ColumnInt(1)),
+                      static_cast<int32_t>(s->ColumnInt(2)),
+                      static_cast<int32_t>(s->ColumnInt(3))}] =
+          s->ColumnInt(4);
+      return absl::OkStatus();
+    }));
+  }
+  {
     ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT spec, version, updated_us, "
                                          "updated_by FROM queues ORDER BY "
                                          "name"));

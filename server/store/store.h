@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,9 @@ struct StoredState {
   std::map<int64_t, std::string> tokens;
   // Job id -> bytes of stored output (for retention by size).
   std::map<int64_t, int64_t> log_bytes;
+  // Jobs scheduled or running: how far each rank's output of each attempt
+  // is stored, (job id, attempt, rank, stream) -> highest end_offset.
+  std::map<std::tuple<int64_t, int32_t, int32_t, int32_t>, int64_t> log_ends;
   // The highest job id ever given (jobs may have been deleted since).
   int64_t last_job_id = 0;
   // Defined queues (spec, version, update_time, updated_by), by name.

@@ -279,6 +279,34 @@ TEST_F(IsolationTest, CheckpointDirectoryBelongsToTheUser) {
   EXPECT_EQ(Stdout("ckpt"), absl::StrCat(kUserA, " 700\n"));
 }
 
+// A job's checkpoint_dir (a shared filesystem) is made by the rank as its
+// user, parents too; where the user may not write, the rank fails to start
+// naming checkpoint_dir, and nothing is made there as root.
+TEST_F(IsolationTest, ACheckpointDirIsMadeAsTheJobsUser) {
+  StartSupervisor();
+  const std::string shared = dir_ + "/shared";
+  std::filesystem::create_directories(shared);
+  ::chmod(shared.c_str(), 0777);
+  v1::StartRanks start =
+      Shell("ckpt2", kUserA, "stat -c '%U %a' \"$XL_CHECKPOINT_DIR\"");
+  start.set_checkpoint_dir(shared + "/ckpt2/1");
+  (*start.mutable_env())["XL_CHECKPOINT_DIR"] = start.checkpoint_dir();
+  v1::RankStatus end = RunToEnd(start);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(Stdout("ckpt2"), absl::StrCat(kUserA, " 700\n"));
+
+  const std::string closed = dir_ + "/closed";
+  std::filesystem::create_directories(closed);
+  ::chmod(closed.c_str(), 0755);  // root's: kUserA may not write in it
+  v1::StartRanks refused = Shell("ckpt3", kUserA, "true");
+  refused.set_checkpoint_dir(closed + "/ckpt3");
+  end = RunToEnd(refused);
+  ASSERT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(), HasSubstr("cannot make checkpoint_dir"));
+  EXPECT_THAT(end.message(), HasSubstr("Permission denied"));
+  EXPECT_FALSE(std::filesystem::exists(closed + "/ckpt3"));
+}
+
 TEST_F(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {
   StartSupervisor();
   v1::RankStatus end = RunToEnd(Shell(

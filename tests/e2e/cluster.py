@@ -52,8 +52,10 @@ def wait_until(what, fn, timeout=30.0, interval=0.05):
 
 class Cluster:
     def __init__(self, agents=3, gpus=2, heartbeat_timeout=2.0, db=None, dir=None,
-                 scheduler_args=()):
+                 scheduler_args=(), shared_scratch=True):
         self.tmp = dir or tempfile.mkdtemp(prefix="xl-e2e-")
+        # False: each node's scratch is its own, as on a real fleet.
+        self.shared_scratch = shared_scratch
         self.scheduler_args = list(scheduler_args)
         self.db = db or os.path.join(self.tmp, "xl.db")
         self.heartbeat_timeout = heartbeat_timeout
@@ -77,8 +79,10 @@ class Cluster:
         port_file = os.path.join(self.tmp, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
+        # A restart listens where the agents look for it (the port it had).
+        listen = f"127.0.0.1:{getattr(self, 'port', 0)}"
         self._spawn("scheduler", [
-            SCHEDULER, "--listen", "127.0.0.1:0", "--db", self.db, "--port-file", port_file,
+            SCHEDULER, "--listen", listen, "--db", self.db, "--port-file", port_file,
             "--heartbeat-interval", "0.2", "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--master-port-base", str(20000 + os.getpid() % 20000),
             *self.scheduler_args,
@@ -93,9 +97,11 @@ class Cluster:
         the tests (root in CI), whatever made-up user submits them."""
         inv = os.path.join(self.tmp, f"{name}.yaml")
         with open(inv, "w") as f:
-            # One scratch path for every node of the cluster: it stands for
-            # storage the nodes share, so a requeued job finds its checkpoints.
-            kw.setdefault("scratch", os.path.join(self.tmp, "scratch"))
+            # One scratch path for every node of the cluster (unless the
+            # cluster says otherwise): it stands for storage the nodes share,
+            # so a requeued job finds its checkpoints.
+            kw.setdefault("scratch", os.path.join(
+                self.tmp, "scratch" if self.shared_scratch else f"scratch-{name}"))
             f.write(inventory_yaml(name, gpus=gpus, **kw))
         work = os.path.join(self.tmp, f"work-{name}")
         os.makedirs(work, exist_ok=True)

@@ -5,6 +5,7 @@ talks to the real binary over loopback."""
 
 import atexit
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,49 @@ class Durability(unittest.TestCase):
             name="d", command=["/bin/true"])), timeout=10)
         self.assertEqual(again.job_id, job_id)
         self.assertFalse(again.created)
+
+    def test_every_log_is_complete_when_wait_returns_across_a_scheduler_crash(self):
+        # Ranks print a known number of bytes (100 KB each, 6 MB in all, under
+        # the agent's 8 MiB of buffered output) and exit together while the
+        # scheduler is down: the agents report the exits first (in their
+        # Register) and send the output after. `xlctl wait` must not return
+        # before `xlctl logs` shows all of it. XL_LOG_JOBS=1000 for the
+        # issue's count; CI runs fewer.
+        import grpc
+        pb, rpc, job_pb2 = load_stubs()
+        jobs = int(os.environ.get("XL_LOG_JOBS", "60"))
+        c = Cluster(agents=2, gpus=0)
+        self.addCleanup(c.close)
+        stub = rpc.JobServiceStub(grpc.insecure_channel(c.address))
+        flag = os.path.join(c.tmp, "go")
+        script = (f"while [ ! -e {flag} ]; do sleep 0.1; done; "
+                  "head -c 100000 /dev/zero | tr '\\0' x; echo; echo err-$XL_JOB_ID >&2")
+        ids = []
+        for i in range(jobs):
+            ids.append(stub.SubmitJob(pb.SubmitJobRequest(spec=job_pb2.JobSpec(
+                name=f"log{i}", command=["/bin/sh", "-c", script])), timeout=10).job_id)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = [j for j in stub.ListJobs(pb.ListJobsRequest(), timeout=10).jobs
+                       if j.state == job_pb2.RUNNING]
+            if len(running) == jobs:
+                break
+            time.sleep(0.2)
+        self.assertEqual(len(running), jobs)
+        c.kill("scheduler", signal.SIGKILL)
+        open(flag, "w").close()  # every rank prints and exits, unheard
+        time.sleep(2)
+        c.start_scheduler()
+        incomplete = []
+        # The last job's output is the last the agents send again: asked
+        # first, it is the likeliest to be missing.
+        for job_id in reversed(ids):
+            r = c.xlctl("wait", job_id, "--timeout", "120s", check=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            logs = c.xlctl("logs", job_id).stdout
+            if not re.search(r"(?<!x)x{100000}(?!x)", logs) or f"err-{job_id}" not in logs:
+                incomplete.append((job_id, len(logs)))
+        self.assertEqual(incomplete, [])
 
     def test_invalid_request_names_the_field_and_stores_nothing(self):
         import grpc

@@ -14,9 +14,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from cluster import Cluster, wait_until  # noqa: E402
 
 
-def train_job(steps, nodes=2, ranks=2, hidden=64, every=50, retries=0, name="train"):
+def train_job(steps, nodes=2, ranks=2, hidden=64, every=50, retries=0, name="train",
+              checkpoint_dir=None):
     # nodes: a number, or "{min: 1, max: 2}" for an elastic job
-    return textwrap.dedent(f"""\
+    extra = f"checkpoint_dir: {checkpoint_dir}\n" if checkpoint_dir else ""
+    return extra + textwrap.dedent(f"""\
         name: {name}
         resources: {{nodes: {nodes}, ranks_per_node: {ranks}, gpus_per_node: 0}}
         max_retries: {retries}
@@ -54,16 +56,22 @@ class Training(unittest.TestCase):
         history = c.json("metrics", job_id).get("points", [])
         self.assertGreaterEqual(len(history), 1)
 
-    def test_killed_agent_requeues_and_resumes_from_checkpoint(self):
-        c = Cluster(agents=3, gpus=0)
+    def test_killed_rank0_node_resumes_elsewhere_from_a_shared_checkpoint_dir(self):
+        # Each node's scratch is its own; the job's checkpoint_dir is a
+        # directory all three reach (a shared filesystem).
+        c = Cluster(agents=3, gpus=0, shared_scratch=False)
         self.addCleanup(c.close)
-        steps = 4000
-        job_id = c.submit_file(train_job(steps=steps, nodes=2, ranks=1, hidden=256, every=100,
-                                         retries=1, name="resume"))
-        # Let it pass a few checkpoints, then take one of its nodes away.
+        steps = 3000
+        shared = os.path.join(c.tmp, "shared")
+        job_id = c.submit_file(train_job(steps=steps, nodes=2, ranks=2, hidden=256, every=100,
+                                         retries=1, name="resume",
+                                         checkpoint_dir=shared + "/ckpt/{job}"))
+        # Let it pass a few checkpoints, then take the node of rank 0 away.
         job = wait_until("step >= 400", lambda: (lambda j: j if int(j.get("metrics", {}).get("step", 0)) >= 400 else None)(c.job(job_id)), 180)
         self.assertEqual(job["state"], "RUNNING")
-        victim = job["allocations"][1]["node"]
+        victim = job["allocations"][0]["node"]
+        self.assertIn(0, [int(r) for r in job["allocations"][0]["ranks"]], job)
+        self.assertTrue(os.listdir(os.path.join(shared, "ckpt", job_id)))
         c.kill(victim)
         r = c.xlctl("wait", job_id, "--timeout", "300s", check=False)
         job = c.job(job_id)

@@ -560,5 +560,124 @@ TEST_F(ControllerTest, AnInventoryWithControlCharactersIsRefused) {
   EXPECT_FALSE(controller_->GetNode("n9\r").ok());
 }
 
+// A rank's exit shows only after the output it wrote before exiting: the
+// agent says how far that output reached, and the scheduler acts on the
+// exit once it has stored that much (here the chunk comes after the exit,
+// as after a reconnect), or once it waited --log-settle for it.
+TEST_F(ControllerTest, AnExitWaitsForTheOutputWrittenBeforeIt) {
+  auto a = AddNode("a", 2);
+  const std::string id = Submit(1, 1);
+  const std::string lost = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Settle();
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Report("a", a.get(), lost, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  auto exit_after = [&](const std::string& job, int64_t out, int64_t err) {
+    v1::AgentMessage msg;
+    *msg.mutable_rank_status() = Status(job, 1, 0, v1::RANK_EXITED, 0);
+    msg.mutable_rank_status()->set_stdout_bytes(out);
+    msg.mutable_rank_status()->set_stderr_bytes(err);
+    controller_->AgentMessage("a", a.get(), msg);
+  };
+  exit_after(id, 6, 4);
+  exit_after(lost, 6, 0);
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  auto chunk = [&](int64_t seq, v1::LogStream stream, const std::string& data,
+                   int64_t end) {
+    v1::AgentMessage log;
+    log.set_seq(seq);
+    log.mutable_log()->set_job_id(id);
+    log.mutable_log()->set_attempt(1);
+    log.mutable_log()->set_rank(0);
+    log.mutable_log()->set_stream(stream);
+    log.mutable_log()->set_data(data);
+    log.mutable_log()->set_end_offset(end);
+    controller_->AgentMessage("a", a.get(), log);
+    Settle();
+  };
+  chunk(1, v1::STDOUT, "hello\n", 6);
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING) << "stderr too";
+  chunk(2, v1::STDERR, "bye\n", 4);
+  EXPECT_EQ(WaitState(id, v1::SUCCEEDED), v1::SUCCEEDED);
+  EXPECT_EQ(store_->ReadLogs(1, 0, -1, 10)->size(), 2u);
+  // The other job's output never comes: its exit counts after the wait.
+  EXPECT_EQ(controller_->GetJob(lost)->state(), v1::RUNNING);
+  clock_.Advance(absl::Seconds(9));
+  Beat("a", a.get());
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(lost)->state(), v1::RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  Beat("a", a.get());
+  controller_->Tick();
+  EXPECT_EQ(WaitState(lost, v1::SUCCEEDED), v1::SUCCEEDED);
+}
+
+// Output stored before the scheduler restarted counts after it: an exit
+// reported in the agent's next Register is acted on at once.
+TEST_F(ControllerTest, OutputStoredBeforeARestartCountsForAnExitAfterIt) {
+  auto a = AddNode("a", 1);
+  const std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Settle();
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  v1::AgentMessage log;
+  log.set_seq(1);
+  log.mutable_log()->set_job_id(id);
+  log.mutable_log()->set_attempt(1);
+  log.mutable_log()->set_rank(0);
+  log.mutable_log()->set_stream(v1::STDOUT);
+  log.mutable_log()->set_data("hello\n");
+  log.mutable_log()->set_end_offset(6);
+  controller_->AgentMessage("a", a.get(), log);
+  a->WaitFor(Msg::kLogAck);
+  Open();
+  v1::RankStatus exited = Status(id, 1, 0, v1::RANK_EXITED, 0);
+  exited.set_stdout_bytes(6);
+  a = AddNode("a", 1, {exited});
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::SUCCEEDED);
+}
+
+// The scheduler's own restart loses no node: its agents come back after
+// their reconnect backoff, which may be longer than the heartbeat timeout.
+// A node that does not come back is lost once the timeout and that grace
+// have passed.
+TEST_F(ControllerTest, ARestartedSchedulerGivesItsNodesTimeToReconnect) {
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  const std::string id = Submit(1, 1, "", /*retries=*/1);
+  const std::string other = Submit(1, 1, "", /*retries=*/1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  b->WaitFor(Msg::kStartRanks);
+  Settle();
+  const std::string on_a =
+      controller_->GetJob(id)->allocations(0).node() == "a" ? id : other;
+  const std::string on_b = on_a == id ? other : id;
+  Report("a", a.get(), on_a, 1, 0, v1::RANK_RUNNING);
+  Report("b", b.get(), on_b, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  Open();
+  clock_.Advance(absl::Seconds(15));  // past the 10 s timeout, within grace
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(on_a)->state(), v1::RUNNING);
+  a = AddNode("a", 1, {Status(on_a, 1, 0, v1::RANK_RUNNING)});
+  clock_.Advance(absl::Seconds(6));
+  Beat("a", a.get());
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetJob(on_a)->state(), v1::RUNNING);
+  EXPECT_EQ(controller_->GetJob(on_a)->attempt(), 1);
+  // b never came back: lost after timeout + grace, its job requeued.
+  EXPECT_EQ(controller_->GetJob(on_b)->attempt(), 2);
+  EXPECT_EQ(controller_->GetJob(on_b)->state(), v1::PENDING);
+}
+
 }  // namespace
 }  // namespace xl::control

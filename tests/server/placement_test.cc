@@ -754,6 +754,14 @@ TEST(JobSpecTest, ErrorsNameTheField) {
   check([](v1::JobSpec* s) { s->set_name("csi \xc2\x9b"); }, "name");
   check([](v1::JobSpec* s) { s->set_working_dir("/" + std::string(5000, 'a')); },
         "working_dir");
+  check([](v1::JobSpec* s) { s->set_checkpoint_dir("ckpt/{job}"); },
+        "checkpoint_dir");
+  check([](v1::JobSpec* s) { s->set_checkpoint_dir("/shared/../etc"); },
+        "checkpoint_dir");
+  check([](v1::JobSpec* s) { s->set_checkpoint_dir("/shared/{jobid}"); },
+        "checkpoint_dir");
+  check([](v1::JobSpec* s) { s->set_checkpoint_dir("/shared/a\nb"); },
+        "checkpoint_dir");
 
   v1::JobSpec ok;
   ok.add_command("/bin/true");
@@ -769,6 +777,15 @@ TEST(JobSpecTest, ErrorsNameTheField) {
   ok.mutable_resources()->set_min_nodes(3);
   ASSERT_TRUE(ValidateJobSpec(&ok).ok());
   EXPECT_EQ(ok.resources().min_nodes(), 0);
+}
+
+TEST(JobSpecTest, CheckpointDirExpandsJobAndAttempt) {
+  v1::JobSpec spec;
+  spec.add_command("/bin/true");
+  spec.set_checkpoint_dir("/shared/ckpt/{job}/a{attempt}/{job}");
+  ASSERT_TRUE(ValidateJobSpec(&spec).ok());
+  EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 3),
+            "/shared/ckpt/42/a3/42");
 }
 
 // An error echoes a bad value cut short and escaped: one readable line of

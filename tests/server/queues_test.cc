@@ -905,5 +905,39 @@ TEST_F(QueuesTest, AJobOnlyItsQuotaHoldsIsEstimatedFromWhenTheQuotaFrees) {
       << FromProto(job.estimated_start_time());
 }
 
+// A queue's default_checkpoint_dir is what its jobs that name none get,
+// recorded at submit; {job} and {attempt} expand at each start, into
+// StartRanks.checkpoint_dir (each rank makes it) and XL_CHECKPOINT_DIR.
+TEST_F(QueuesTest, AQueuesDefaultCheckpointDirIsExpandedAtEachStart) {
+  v1::QueueSpec bad = Spec("shared", 1);
+  bad.set_default_checkpoint_dir("relative/{job}");
+  absl::Status refused = Put(bad).status();
+  EXPECT_NE(refused.message().find("default_checkpoint_dir"), std::string::npos)
+      << refused;
+  v1::QueueSpec spec = Spec("shared", 1);
+  spec.set_default_checkpoint_dir("/nfs/ckpt/{job}/{attempt}");
+  ASSERT_TRUE(Put(spec).ok());
+  auto a = AddNode("a", 8);
+  const std::string id = SubmitTo("shared", 8)->job_id();
+  EXPECT_EQ(controller_->GetJob(id)->spec().checkpoint_dir(),
+            "/nfs/ckpt/{job}/{attempt}");
+  controller_->Tick();
+  const v1::StartRanks start =
+      a->WaitFor(v1::SchedulerMessage::kStartRanks).start_ranks();
+  const std::string want = absl::StrCat("/nfs/ckpt/", id, "/1");
+  EXPECT_EQ(start.checkpoint_dir(), want);
+  const auto& env = start.env().empty() ? start.ranks(0).env() : start.env();
+  EXPECT_EQ(env.at("XL_CHECKPOINT_DIR"), want);
+  // A job's own wins over the queue's.
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->add_command("/bin/true");
+  req.mutable_spec()->set_queue("shared");
+  req.mutable_spec()->set_checkpoint_dir("/mine/{job}");
+  auto own = SubmitRequest(req);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(controller_->GetJob(own->job_id())->spec().checkpoint_dir(),
+            "/mine/{job}");
+}
+
 }  // namespace
 }  // namespace xl::control
