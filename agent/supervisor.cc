@@ -167,6 +167,7 @@ constexpr int kStageSetup = 3;
 constexpr int kStageCgroup = 4;
 constexpr int kStageUser = 5;
 constexpr int kStageCheckpointDir = 6;
+constexpr int kStageCheckpointOwner = 7;
 
 // What the child becomes before execve, prepared by the parent (no
 // allocation after fork).
@@ -186,24 +187,33 @@ struct ChildIdentity {
   char* checkpoint_dir = nullptr;
 };
 
-// mkdir -p as whoever calls it, mode 0700 for what it makes;
-// async-signal-safe (no allocation: `path` is edited in place and
-// restored). False with errno set when `path` is not a directory it may
-// write to at the end.
-bool MakeDirsInChild(char* path) {
+// mkdir -p as whoever calls it: parents it makes get mode 0755 (others
+// pass through to their own), the directory itself 0700. Returns 0, or the
+// stage that failed with errno set: kStageCheckpointDir (cannot make it),
+// kStageCheckpointOwner (it is not a directory of this user's that no one
+// else may write to: another user made it first). Async-signal-safe (no
+// allocation: `path` is edited in place and restored).
+int MakeDirsInChild(char* path) {
   for (char* p = path + 1; *p != '\0'; ++p) {
     if (*p != '/') continue;
     *p = '\0';
-    const int made = ::mkdir(path, 0700);
+    const int made = ::mkdir(path, 0755);
     const int err = errno;
     *p = '/';
     if (made != 0 && err != EEXIST) {
       errno = err;
-      return false;
+      return kStageCheckpointDir;
     }
   }
-  if (::mkdir(path, 0700) != 0 && errno != EEXIST) return false;
-  return ::access(path, W_OK | X_OK) == 0;
+  if (::mkdir(path, 0700) != 0 && errno != EEXIST) return kStageCheckpointDir;
+  struct stat st;
+  if (::stat(path, &st) != 0) return kStageCheckpointDir;
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & 022) != 0) {
+    errno = EPERM;
+    return kStageCheckpointOwner;
+  }
+  return 0;
 }
 
 // Runs in the child between fork and execve: async-signal-safe calls only.
@@ -233,9 +243,10 @@ bool MakeDirsInChild(char* path) {
     }
   }
   // As the job's user: it may write only where its user may.
-  if (identity.checkpoint_dir != nullptr &&
-      !MakeDirsInChild(identity.checkpoint_dir)) {
-    fail(kStageCheckpointDir);
+  if (identity.checkpoint_dir != nullptr) {
+    if (const int stage = MakeDirsInChild(identity.checkpoint_dir)) {
+      fail(stage);
+    }
   }
   // After the credentials: changing them clears the parent-death signal.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(kStageSetup);
@@ -896,6 +907,13 @@ void Supervisor::Launch(const v1::StartRanks& request,
             " as user ", user.name, ": ", ErrnoString(child_error.err),
             "; give a checkpoint_dir on a filesystem this node mounts whose "
             "parent the user may write to (or create it for them)");
+        break;
+      case kStageCheckpointOwner:
+        message = absl::StrCat(
+            "checkpoint_dir ", request.checkpoint_dir(), " is not a directory "
+            "of user ", user.name, "'s that only they may write to (another "
+            "user made it, or its mode lets others write); give the job "
+            "another checkpoint_dir, or have its owner fix it");
         break;
       case kStageUser:
         message = absl::StrCat("cannot switch to user ", user.name, " (uid ",

@@ -212,8 +212,12 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
 
   std::unique_ptr<NcclCollective> nccl;
   if (world > 1) {
-    ASSIGN_OR_RETURN(nccl, NcclCollective::Create(rank, world, rendezvous,
-                                                  NcclOptions::FromEnv()));
+    NcclOptions options = NcclOptions::FromEnv();
+    if (config.collective_timeout > absl::ZeroDuration()) {
+      options.timeout = config.collective_timeout;
+    }
+    ASSIGN_OR_RETURN(nccl,
+                     NcclCollective::Create(rank, world, rendezvous, options));
   }
 
   // Init or resume. Rank 0 reads the newest checkpoint and broadcasts it

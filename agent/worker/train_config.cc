@@ -3,6 +3,7 @@
 #include "agent/worker/train_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/duration.h"
 
 namespace xl::worker {
 
@@ -53,6 +54,15 @@ absl::StatusOr<TrainConfig> ResolveTrainSpec(const v1::TrainSpec& spec,
   if (spec.metrics_every() != 0) c.metrics_every = spec.metrics_every();
   if (spec.bucket_bytes() != 0) c.bucket_bytes = spec.bucket_bytes();
   c.shards = spec.data().shards();
+  if (spec.has_collective_timeout()) {
+    c.collective_timeout = FromProto(spec.collective_timeout());
+    if (c.collective_timeout < absl::Seconds(1) ||
+        c.collective_timeout > absl::Hours(24)) {
+      return absl::InvalidArgumentError(
+          "train.collective_timeout: must be between 1s and 24h (unset: "
+          "120s on CPU, 300s on CUDA)");
+    }
+  }
 
   absl::Status st;
   if (!(st = Range("input_dim", c.input_dim, 1, 1 << 20)).ok()) return st;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "xl/v1/job.pb.h"
 
 namespace xl::worker {
@@ -55,6 +56,8 @@ struct TrainConfig {
   std::string shards;              // empty: synthetic teacher data
   int metrics_every = 10;
   uint64_t bucket_bytes = 25ull << 20;
+  // TrainSpec.collective_timeout; zero: the collective's own default.
+  absl::Duration collective_timeout = absl::ZeroDuration();
 
   // Widths d_0..d_L.
   std::vector<int> Widths() const;

@@ -169,7 +169,11 @@ int Main(int argc, char** argv) {
     return 2;
 #endif
   } else {
-    auto coll = GlooCollective::Create(rank, world, rdv.get(), GlooOptions{});
+    GlooOptions gloo;
+    if (config->collective_timeout > absl::ZeroDuration()) {
+      gloo.timeout = config->collective_timeout;
+    }
+    auto coll = GlooCollective::Create(rank, world, rdv.get(), gloo);
     if (!coll.ok()) return Fail(rank, std::string(coll.status().message()));
     TrainOptions options;
     options.stop = SigtermFlag();

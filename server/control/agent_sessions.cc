@@ -134,6 +134,8 @@ absl::StatusOr<std::string> Controller::AgentRegister(
 }
 
 void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
+  // Exits the node reported before count before what it reports now.
+  SettleExitsFrom(node->name);
   std::map<std::tuple<int64_t, int32_t, int32_t>, const v1::RankStatus*>
       reported;
   for (const auto& st : reg.ranks()) {
@@ -224,32 +226,23 @@ bool Controller::OutputBehind(const JobRecord& rec,
          stored(v1::STDERR) < st.stderr_bytes();
 }
 
-void Controller::SettleExits(int64_t job_id) {
-  const absl::Time now = clock_->MonotonicNow();
-  // Ranks with an exit still waiting: their later statuses wait behind it.
-  std::set<int32_t> waiting;
-  size_t i = 0;
+void Controller::SettleExits(int64_t job_id, bool now) {
+  const absl::Time mono_now = clock_->MonotonicNow();
   while (true) {
     JobRecord* rec = jobs_.Find(job_id);
-    if (rec == nullptr) {
+    if (rec == nullptr || rec->parked_exits.empty()) {
       parked_jobs_.erase(job_id);
       return;
     }
-    if (i >= rec->parked_exits.size()) {
-      if (rec->parked_exits.empty()) parked_jobs_.erase(job_id);
-      return;
-    }
-    const JobRecord::ParkedExit& p = rec->parked_exits[i];
-    const int32_t rank = p.status.rank();
-    const bool behind = OutputBehind(*rec, p.status);
-    if (waiting.count(rank) > 0 || (behind && now < p.until)) {
-      waiting.insert(rank);
-      ++i;
-      continue;
-    }
-    JobRecord::ParkedExit ready = p;
-    rec->parked_exits.erase(rec->parked_exits.begin() + i);
-    if (behind) {
+    const JobRecord::ParkedExit& p = rec->parked_exits.front();
+    const bool current = rec->job.attempt() == p.status.attempt() &&
+                         state::JobTable::IsActive(rec->job.state()) &&
+                         !rec->stopping;
+    const bool behind = current && OutputBehind(*rec, p.status);
+    if (behind && !now && mono_now < p.until) return;
+    JobRecord::ParkedExit ready = std::move(rec->parked_exits.front());
+    rec->parked_exits.pop_front();
+    if (behind && !now) {
       Log(absl::StrCat("job ", ready.status.job_id(), " attempt ",
                        ready.status.attempt(), " rank ", ready.status.rank(),
                        ": acting on its exit without all of its output (",
@@ -263,21 +256,32 @@ void Controller::SettleExits(int64_t job_id) {
   }
 }
 
+void Controller::SettleExitsFrom(const std::string& node) {
+  std::vector<int64_t> from;
+  for (int64_t id : parked_jobs_) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr) continue;
+    for (const auto& p : rec->parked_exits) {
+      if (p.node == node) {
+        from.push_back(id);
+        break;
+      }
+    }
+  }
+  for (int64_t id : from) SettleExits(id, /*now=*/true);
+}
+
 void Controller::CheckParkedExits() {
   if (parked_jobs_.empty()) return;
   const absl::Time now = clock_->MonotonicNow();
   std::vector<int64_t> due;
   for (int64_t id : parked_jobs_) {
     const JobRecord* rec = jobs_.Find(id);
-    if (rec == nullptr || rec->parked_exits.empty()) {
+    // Only the first of a job's parked exits can be due: the rest wait
+    // behind it.
+    if (rec == nullptr || rec->parked_exits.empty() ||
+        now >= rec->parked_exits.front().until) {
       due.push_back(id);
-      continue;
-    }
-    for (const auto& p : rec->parked_exits) {
-      if (now >= p.until) {
-        due.push_back(id);
-        break;
-      }
     }
   }
   for (int64_t id : due) SettleExits(id);
@@ -344,13 +348,10 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
   }
   // What the rank wrote before its exit is shown before the exit's
   // outcome: the exit waits (at most log_settle) for that output to be
-  // stored, and statuses of the rank after it wait behind it.
+  // stored, and the job's exits after it wait behind it (the first rank to
+  // fail is the one the job's reason names).
   if (current && !settled) {
-    bool queued = false;
-    for (const auto& p : rec->parked_exits) {
-      queued |= p.status.rank() == st.rank() && p.status.attempt() == st.attempt();
-    }
-    if (queued || OutputBehind(*rec, st)) {
+    if (!rec->parked_exits.empty() || OutputBehind(*rec, st)) {
       rec->parked_exits.push_back(
           {node->name, st, clock_->MonotonicNow() + opts_.log_settle});
       parked_jobs_.insert(id);
@@ -498,6 +499,8 @@ void Controller::ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
 }
 
 void Controller::NodeLost(NodeRecord* node, const std::string& why) {
+  // Exits the node reported count before its loss does.
+  SettleExitsFrom(node->name);
   node->lost = true;
   node->lost_reason = why;
   Log(absl::StrCat("node ", node->name, " lost: ", why));

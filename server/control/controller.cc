@@ -86,6 +86,8 @@ void Controller::LoadModel(store::StoredState state) {
     if (token != state.tokens.end()) rec.token = token->second;
     auto bytes = state.log_bytes.find(id);
     if (bytes != state.log_bytes.end()) rec.log_bytes = bytes->second;
+    // Output past the quota is dropped: no exit waits for it.
+    rec.log_capped = rec.log_bytes >= opts_.max_log_bytes_per_job;
     rec.log_ends_attempt = rec.job.attempt();
     for (auto it = state.log_ends.lower_bound({id, rec.job.attempt(), 0, 0});
          it != state.log_ends.end() && std::get<0>(it->first) == id &&
@@ -408,6 +410,15 @@ void Controller::CheckTimeLimits() {
     absl::Duration limit = FromProto(rec->job.spec().time_limit());
     if (limit <= absl::ZeroDuration()) continue;
     if (now - rec->start_mono >= limit) {
+      // Ranks that exited before the limit count, output or not.
+      if (!rec->parked_exits.empty()) {
+        SettleExits(id, /*now=*/true);
+        rec = jobs_.Find(id);
+        if (rec == nullptr || rec->stopping ||
+            !state::JobTable::IsActive(rec->job.state())) {
+          continue;
+        }
+      }
       EndJob(rec, v1::FAILED,
              absl::StrCat("time limit of ", HumanDuration(limit),
                           " reached; the ranks were stopped (raise "

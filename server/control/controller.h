@@ -347,9 +347,15 @@ class Controller {
   // Whether output the exit `st` says its rank wrote is not stored yet.
   bool OutputBehind(const JobRecord& rec, const v1::RankStatus& st) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Acts on the job's parked exits whose output is stored now or whose
-  // wait is over, in arrival order for each rank.
-  void SettleExits(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acts on the job's parked exits in arrival order while the first one's
+  // output is stored, its wait is over, its attempt is no longer current,
+  // or `now` (the job is about to be decided otherwise: its time limit,
+  // a lost node, a reconnect): what the ranks did counts first.
+  void SettleExits(int64_t job_id, bool now = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SettleExits(now) for every job with an exit parked from `node`.
+  void SettleExitsFrom(const std::string& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parked exits past their wait are acted on (Tick).
   void CheckParkedExits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of `rec` failed on `node`: the next attempt avoids the node for

@@ -299,7 +299,8 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
     gang.rank = scheduler::EffectivePriority(
         gang.priority, fs.Factor(gang.queue, gang.user), absl::ZeroDuration(),
         opts_.priority_weights);
-    if (opts_.preemption && !rec->stopping &&
+    // A gang with an exit waiting for its output is ending, not a victim.
+    if (opts_.preemption && !rec->stopping && rec->parked_exits.empty() &&
         (!rec->job.spec().has_preemptible() ||
          rec->job.spec().preemptible().value())) {
       const v1::QueueSpec* q = QueueSpecOf(gang.queue);

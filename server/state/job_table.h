@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -56,15 +57,17 @@ struct JobRecord {
   // highest LogChunk.end_offset.
   int32_t log_ends_attempt = 0;
   std::map<std::pair<int32_t, int32_t>, int64_t> log_ends;
-  // Exit statuses waiting for the output they say was written before them
-  // (RankStatus.stdout_bytes, stderr_bytes) to be stored, in arrival
-  // order: the node they came from, and until when (monotonic) they wait.
+  // Exit statuses of the current attempt waiting for the output they say
+  // was written before them (RankStatus.stdout_bytes, stderr_bytes) to be
+  // stored, in arrival order (acted on in that order, so the rank that
+  // failed first is the one blamed): the node they came from, and until
+  // when (monotonic) they wait.
   struct ParkedExit {
     std::string node;
     v1::RankStatus status;
     absl::Time until;
   };
-  std::vector<ParkedExit> parked_exits;
+  std::deque<ParkedExit> parked_exits;
   // The job as the scheduling core sees it, built once (what it asks for
   // never changes); a pass copies it.
   scheduler::JobRequest as_request;

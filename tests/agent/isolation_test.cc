@@ -305,6 +305,21 @@ TEST_F(IsolationTest, ACheckpointDirIsMadeAsTheJobsUser) {
   EXPECT_THAT(end.message(), HasSubstr("cannot make checkpoint_dir"));
   EXPECT_THAT(end.message(), HasSubstr("Permission denied"));
   EXPECT_FALSE(std::filesystem::exists(closed + "/ckpt3"));
+
+  // Made first by someone else (here root, open to all): not used, or
+  // they could swap the job's checkpoints.
+  const std::string planted = shared + "/ckpt4";
+  std::filesystem::create_directories(planted);
+  ::chmod(planted.c_str(), 0777);
+  v1::StartRanks hijacked = Shell("ckpt4", kUserA, "true");
+  hijacked.set_checkpoint_dir(planted);
+  end = RunToEnd(hijacked);
+  ASSERT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(), HasSubstr("is not a directory of user"));
+  // Parents it made let others through to their own.
+  struct stat parent;
+  ASSERT_EQ(::stat((shared + "/ckpt2").c_str(), &parent), 0);
+  EXPECT_EQ(parent.st_mode & 0777, 0755u);
 }
 
 TEST_F(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {

@@ -1,13 +1,18 @@
 """xl-train through the scheduler, on loopback: a 2-node x 2-rank `train`
 job (CPU, Gloo, rendezvous through the scheduler) ends SUCCEEDED with its
-metrics in `xlctl get`; killing an agent mid-run requeues the job and it
-resumes from its checkpoint, not from step 0; an elastic job started on the
+metrics in `xlctl get`; killing the node of rank 0 mid-run requeues the job
+and it resumes on other nodes (whose scratch directories differ) from its
+shared checkpoint_dir, not from step 0; a rank frozen with SIGSTOP makes
+every rank exit within train.collective_timeout and the job resumes; an
+elastic job started on the
 one node there is grows onto a second when it joins, and resumes there from
 its checkpoint with the larger WORLD_SIZE."""
 
 import os
+import signal
 import sys
 import textwrap
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -15,7 +20,7 @@ from cluster import Cluster, wait_until  # noqa: E402
 
 
 def train_job(steps, nodes=2, ranks=2, hidden=64, every=50, retries=0, name="train",
-              checkpoint_dir=None):
+              checkpoint_dir=None, collective_timeout=None):
     # nodes: a number, or "{min: 1, max: 2}" for an elastic job
     extra = f"checkpoint_dir: {checkpoint_dir}\n" if checkpoint_dir else ""
     return extra + textwrap.dedent(f"""\
@@ -35,7 +40,7 @@ def train_job(steps, nodes=2, ranks=2, hidden=64, every=50, retries=0, name="tra
           checkpoint_every: {every}
           metrics_every: 10
           device: cpu
-        """)
+        """) + (f"  collective_timeout: {collective_timeout}\n" if collective_timeout else "")
 
 
 class Training(unittest.TestCase):
@@ -84,6 +89,48 @@ class Training(unittest.TestCase):
         resumed = int(m.get("resumed_from_step", 0))
         self.assertGreaterEqual(resumed, 400, m)  # not from step 0
         self.assertLess(resumed, steps)
+
+    def test_a_frozen_rank_makes_every_rank_exit_and_the_job_resumes(self):
+        # Rank 1 frozen (SIGSTOP) in the middle of training: rank 0's
+        # all-reduce times out after train.collective_timeout, the attempt
+        # fails, the agents stop the rest (the frozen one by SIGKILL after
+        # the grace), and attempt 2 resumes from the last checkpoint.
+        c = Cluster(agents=2, gpus=0)
+        self.addCleanup(c.close)
+        job_id = c.submit_file(train_job(steps=20000, nodes=2, ranks=1, hidden=256, every=100,
+                                         retries=1, name="frozen", collective_timeout="5s"))
+        wait_until("step >= 300", lambda: (lambda j: j if int(j.get("metrics", {}).get("step", 0)) >= 300 else None)(c.job(job_id)), 180)
+
+        def ranks():
+            found = {}
+            for pid in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        if f.read().strip() != "xl-train":
+                            continue
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+                except OSError:
+                    continue
+                if env.get(b"XL_JOB_ID") == job_id.encode() and env.get(b"XL_ATTEMPT") == b"1":
+                    found[int(env[b"RANK"])] = int(pid)
+            return found
+        old = wait_until("both ranks", lambda: (lambda r: r if len(r) == 2 else None)(ranks()), 10)
+        frozen = time.monotonic()
+        os.kill(old[1], signal.SIGSTOP)
+        wait_until("every rank of attempt 1 gone", lambda: not ranks(), 60, interval=0.1)
+        gone = time.monotonic() - frozen
+        # 5 s collective timeout + the 5 s grace of the frozen rank + a
+        # heartbeat, with room for a slow machine.
+        self.assertLess(gone, 5 + 5 + 8, gone)
+        print(f"\nfrozen rank: every rank of the attempt gone {gone:.1f}s after SIGSTOP", file=sys.stderr)
+        r = c.xlctl("wait", job_id, "--timeout", "300s", check=False)
+        job = c.job(job_id)
+        logs = c.xlctl("logs", job_id).stdout
+        self.assertEqual(r.returncode, 0, f"{job}\n{logs[-3000:]}")
+        self.assertEqual(job["attempt"], 2)
+        self.assertIn("Read timeout", logs)
+        self.assertGreaterEqual(int(job["metrics"].get("resumed_from_step", 0)), 300, job["metrics"])
 
     def test_elastic_job_grows_when_a_node_joins_and_resumes(self):
         c = Cluster(agents=1, gpus=0, scheduler_args=["--elastic-grow-after", "2s"])

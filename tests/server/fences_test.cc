@@ -679,5 +679,52 @@ TEST_F(ControllerTest, ARestartedSchedulerGivesItsNodesTimeToReconnect) {
   EXPECT_EQ(controller_->GetJob(on_b)->state(), v1::PENDING);
 }
 
+// Exits are acted on in the order they came: the rank that failed first
+// (its traceback still on the way) is the one the job's reason names, not
+// a peer that failed after it with nothing to say. And ranks that ended
+// before the time limit count, their output stored or not.
+TEST_F(ControllerTest, ParkedExitsKeepTheirOrderAndBeatTheTimeLimit) {
+  auto a = AddNode("a", 2);
+  const std::string id = Submit(1, 2);
+  const std::string limited = Submit(1, 0, "", 0, /*time_limit_s=*/60);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Settle();
+  for (int r = 0; r < 2; ++r) Report("a", a.get(), id, 1, r, v1::RANK_RUNNING);
+  Report("a", a.get(), limited, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  auto exit = [&](const std::string& job, int rank, int code, int64_t err) {
+    v1::AgentMessage msg;
+    *msg.mutable_rank_status() = Status(job, 1, rank, v1::RANK_EXITED, code);
+    msg.mutable_rank_status()->set_stderr_bytes(err);
+    controller_->AgentMessage("a", a.get(), msg);
+  };
+  exit(id, 0, 3, 10);   // the traceback is on its way
+  exit(id, 1, 1, 0);    // a peer that lost rank 0
+  exit(limited, 0, 0, 5);
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  v1::AgentMessage log;
+  log.set_seq(1);
+  log.mutable_log()->set_job_id(id);
+  log.mutable_log()->set_attempt(1);
+  log.mutable_log()->set_rank(0);
+  log.mutable_log()->set_stream(v1::STDERR);
+  log.mutable_log()->set_data("Traceback\n");
+  log.mutable_log()->set_end_offset(10);
+  controller_->AgentMessage("a", a.get(), log);
+  EXPECT_EQ(WaitState(id, v1::FAILED), v1::FAILED);
+  const v1::Job failed = *controller_->GetJob(id);
+  EXPECT_NE(failed.reason().find("rank 0 on a exited with code 3"),
+            std::string::npos)
+      << failed.reason();
+  EXPECT_EQ(failed.exit_code(), 3);
+  // Past its limit with its exit still parked: it ran to the end in time.
+  clock_.Advance(absl::Seconds(61));
+  Beat("a", a.get());
+  controller_->Tick();
+  EXPECT_EQ(WaitState(limited, v1::SUCCEEDED), v1::SUCCEEDED);
+}
+
 }  // namespace
 }  // namespace xl::control

@@ -26,6 +26,7 @@ TEST(ResolveTrainSpec, Defaults) {
   EXPECT_EQ(c->seed, 1u);
   EXPECT_EQ(c->metrics_every, 10);
   EXPECT_EQ(c->bucket_bytes, 25ull << 20);
+  EXPECT_EQ(c->collective_timeout, absl::ZeroDuration());
   EXPECT_EQ(c->device, "cpu");
   EXPECT_EQ(c->precision, v1::FP32);
   EXPECT_EQ(c->Widths(), (std::vector<int>{256, 1024, 1024, 16}));
@@ -61,6 +62,12 @@ TEST(ResolveTrainSpec, ErrorsNameTheField) {
       {[](v1::TrainSpec* s) { s->set_metrics_every(-1); },
        "train.metrics_every"},
       {[](v1::TrainSpec* s) { s->set_bucket_bytes(10); }, "train.bucket_bytes"},
+      {[](v1::TrainSpec* s) { s->mutable_collective_timeout()->set_nanos(5000); },
+       "train.collective_timeout"},
+      {[](v1::TrainSpec* s) {
+         s->mutable_collective_timeout()->set_seconds(2 * 24 * 3600);
+       },
+       "train.collective_timeout"},
       {[](v1::TrainSpec* s) { s->set_device("tpu"); }, "train.device"},
       {[](v1::TrainSpec* s) {
          s->mutable_data()->set_synthetic(true);
