@@ -202,7 +202,20 @@ int main(int argc, char** argv) {
                  "at start; queues it does not name are left as they are")
       ->check(CLI::ExistingFile);
   std::string half_life = "7d", max_age = "7d", grow_after = "10m",
-              estimate_interval = "1m", log_settle = "10s";
+              estimate_interval = "1m", log_settle = "10s",
+              brake_max = "5m";
+  app.add_option("--lost-brake-fraction",
+                 opts.controller.lost_brake_fraction,
+                 "when more than this part of the nodes (two at least) is "
+                 "silent past the heartbeat timeout at once, none is counted "
+                 "lost and no job is requeued (the scheduler's own network is "
+                 "the likelier cause) for up to --lost-brake-max; 1: never")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--lost-brake-max", brake_max,
+                 "how long --lost-brake-fraction holds before the silent "
+                 "nodes are counted lost after all")
+      ->capture_default_str();
   app.add_option("--log-settle", log_settle,
                  "a rank's exit is acted on once the output its agent says "
                  "it wrote before exiting is stored, or after waiting this "
@@ -352,7 +365,9 @@ int main(int argc, char** argv) {
         std::make_tuple("--estimate-interval", &estimate_interval,
                         &opts.controller.estimate_interval),
         std::make_tuple("--log-settle", &log_settle,
-                        &opts.controller.log_settle)}) {
+                        &opts.controller.log_settle),
+        std::make_tuple("--lost-brake-max", &brake_max,
+                        &opts.controller.lost_brake_max)}) {
     if (out == &opts.controller.elastic_grow_after && *text == "never") {
       *out = absl::InfiniteDuration();
       continue;

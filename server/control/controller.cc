@@ -393,7 +393,44 @@ void Controller::CheckLiveness() {
     for (auto& [name, node] : nodes_.all()) node.last_heartbeat_mono += gap;
   }
   last_tick_mono_ = now;
-  for (NodeRecord* node : nodes_.Silent(now, opts_.heartbeat_timeout)) {
+  const std::vector<NodeRecord*> silent =
+      nodes_.Silent(now, opts_.heartbeat_timeout);
+  if (silent.empty()) {
+    if (brake_since_ != absl::InfinitePast()) {
+      Log("the silent nodes are back; nodes are counted lost again when "
+          "they stay silent");
+      brake_since_ = absl::InfinitePast();
+      brake_reason_.clear();
+    }
+    return;
+  }
+  // Most of the fleet silent at once: more likely the scheduler's network
+  // than that many nodes. Requeueing their jobs would pile them onto the
+  // few nodes left and spend their retries; the brake holds for a while.
+  size_t fleet = 0;
+  for (const auto& [name, node] : nodes_.all()) fleet += node.lost ? 0 : 1;
+  if (silent.size() >= 2 &&
+      static_cast<double>(silent.size()) >
+          opts_.lost_brake_fraction * static_cast<double>(fleet)) {
+    if (brake_since_ == absl::InfinitePast()) {
+      brake_since_ = now;
+      brake_reason_ = absl::StrCat(
+          silent.size(), " of ", fleet, " nodes went silent at once; the "
+          "scheduler's own network is the likely cause, so none is counted "
+          "lost and their jobs stay put for up to ",
+          HumanDuration(opts_.lost_brake_max),
+          " (check the scheduler host's network; xl-scheduler "
+          "--lost-brake-fraction)");
+      Log(absl::StrCat("requeueing paused: ", brake_reason_));
+    }
+    if (now - brake_since_ < opts_.lost_brake_max) return;
+    Log(absl::StrCat("the nodes stayed silent for ",
+                     HumanDuration(now - brake_since_),
+                     " under the brake; counting them lost"));
+  }
+  brake_since_ = absl::InfinitePast();
+  brake_reason_.clear();
+  for (NodeRecord* node : silent) {
     absl::Duration silent = now - node->last_heartbeat_mono;
     NodeLost(node, absl::StrCat("no heartbeat for ", HumanDuration(silent),
                                 " (timeout ",

@@ -97,6 +97,13 @@ struct ControllerOptions {
   // retries with a backoff of up to 5 s (jittered), so a restart of the
   // scheduler alone loses no node.
   absl::Duration reconnect_grace = absl::Seconds(10);
+  // When more than this part of the fleet's nodes (two at least) is silent
+  // past the heartbeat timeout at once, the scheduler's own network is the
+  // likelier cause: none of them is counted lost (their jobs are not
+  // requeued) for up to lost_brake_max, and `xlctl nodes` says why.
+  // 1: never.
+  double lost_brake_fraction = 0.5;
+  absl::Duration lost_brake_max = absl::Minutes(5);
   // In degraded mode, how often a probe write tries the disk.
   absl::Duration probe_interval = absl::Seconds(1);
   // When the loop itself did not run for this long (the process was
@@ -490,6 +497,10 @@ class Controller {
   std::set<int64_t> uncommitted_ ABSL_GUARDED_BY(mu_);
   // Jobs with exits waiting for their output (JobRecord::parked_exits).
   std::set<int64_t> parked_jobs_ ABSL_GUARDED_BY(mu_);
+  // Since when (monotonic) too much of the fleet is silent to count any
+  // node lost (InfinitePast: it is not), and what `xlctl nodes` says.
+  absl::Time brake_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::string brake_reason_ ABSL_GUARDED_BY(mu_);
   // Per-user submit limits, and each user's accepted submits not yet
   // committed (they count as pending).
   state::SubmitQuota quota_ ABSL_GUARDED_BY(mu_);

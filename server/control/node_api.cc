@@ -25,7 +25,14 @@ v1::Node Controller::NodeToProto(const NodeRecord& node) const {
     out.set_state_reason(node.drain_reason);
   } else {
     out.set_state(v1::READY);
-    if (!node.conn) {
+    if (brake_since_ != absl::InfinitePast() &&
+        clock_->MonotonicNow() - node.last_heartbeat_mono >
+            opts_.heartbeat_timeout) {
+      out.set_state_reason(absl::StrCat("silent for ",
+                                        HumanDuration(clock_->MonotonicNow() -
+                                                      node.last_heartbeat_mono),
+                                        "; not counted lost: ", brake_reason_));
+    } else if (!node.conn) {
       out.set_state_reason(
           "agent not connected; the node is lost if it stays away past the "
           "heartbeat timeout");

@@ -534,5 +534,60 @@ TEST_F(ControllerTest, BadTrainSpecIsRejectedNamingTheField) {
   EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
 }
 
+// Most of the fleet silent at once is more likely the scheduler's own
+// network than that many nodes: none is counted lost (nothing requeued)
+// while the brake holds, `xlctl nodes` says why, and the nodes that come
+// back find their jobs as they were. One node of three silent is lost as
+// always; and a brake held past its maximum gives way.
+TEST_F(ControllerTest, MostOfTheFleetSilentAtOnceRequeuesNothing) {
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  auto c = AddNode("c", 1);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(Submit(1, 1, "", /*retries=*/1));
+  controller_->Tick();
+  for (auto* conn : {a.get(), b.get(), c.get()}) {
+    conn->WaitFor(v1::SchedulerMessage::kStartRanks);
+  }
+  Settle();
+  // Only c is heard from: 2 of 3 silent.
+  clock_.Advance(absl::Seconds(11));
+  Beat("c", c.get());
+  controller_->Tick();
+  Settle();
+  for (const std::string& id : ids) {
+    EXPECT_EQ(controller_->GetJob(id)->attempt(), 1) << id;
+  }
+  const v1::Node silent = *controller_->GetNode("a");
+  EXPECT_EQ(silent.state(), v1::READY);
+  EXPECT_NE(silent.state_reason().find("2 of 3 nodes went silent at once"),
+            std::string::npos)
+      << silent.state_reason();
+  // They come back: nothing was lost, the brake lets go.
+  Beat("a", a.get());
+  Beat("b", b.get());
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetNode("a")->state_reason().find("not counted lost"),
+            std::string::npos);
+  // One of three silent is a lost node as ever.
+  clock_.Advance(absl::Seconds(11));
+  Beat("b", b.get());
+  Beat("c", c.get());
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetNode("a")->state(), v1::LOST);
+  // Two of the two left silent past the brake's maximum (5 min): lost.
+  clock_.Advance(absl::Seconds(11));
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetNode("b")->state(), v1::READY);
+  clock_.Advance(absl::Minutes(5));
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(controller_->GetNode("b")->state(), v1::LOST);
+  EXPECT_EQ(controller_->GetNode("c")->state(), v1::LOST);
+}
+
 }  // namespace
 }  // namespace xl::control
