@@ -48,6 +48,9 @@ struct Supervisor::Process {
   // Some process of the group may remain after the leader exits.
   bool group_alive = true;
   bool stopping = false;
+  // Why the agent stopped it on its own (its lease ran out, it is shutting
+  // down); empty when the scheduler asked or nobody did.
+  std::string stopped_by_agent;
   bool sigkill_sent = false;
   absl::Time kill_deadline = absl::InfiniteFuture();
   absl::Duration grace;
@@ -581,13 +584,14 @@ void Supervisor::HandleCommand(Command& command) {
       break;
     }
     case Command::kStopRanks:
-      HandleStop("", 0, std::nullopt, /*all=*/true);
+      HandleStop("", 0, std::nullopt, /*all=*/true, &command.reason);
       DropDeferred("", 0, /*all=*/true,
                    absl::StrCat("stopped before it started: ", command.reason));
       break;
     case Command::kStopAll: {
       refuse_starts_ = true;
-      HandleStop("", 0, command.grace, /*all=*/true);
+      static const std::string kShutdown = "the agent is shutting down";
+      HandleStop("", 0, command.grace, /*all=*/true, &kShutdown);
       DropDeferred("", 0, /*all=*/true, "the agent is shutting down");
       // Published with idle_ in UpdateLiveness(), so StopAll() never sees
       // this count with a stale idle_.
@@ -1054,13 +1058,17 @@ void Supervisor::CleanUpAttempts() {
 
 void Supervisor::HandleStop(const std::string& job_id, int attempt,
                             std::optional<absl::Duration> grace_or_own,
-                            bool all) {
+                            bool all, const std::string* agent_reason) {
   const absl::Time now = options_.clock->MonotonicNow();
   for (auto& [key, process] : processes_) {
     if (!all && (std::get<0>(key) != job_id || std::get<1>(key) > attempt)) {
       continue;
     }
     if (!process->leader_alive && !process->group_alive) continue;
+    if (agent_reason != nullptr && process->leader_alive &&
+        !process->stopping) {
+      process->stopped_by_agent = *agent_reason;
+    }
     if (process->sigkill_sent) continue;
     const absl::Duration grace = grace_or_own.value_or(process->grace);
     if (grace <= absl::ZeroDuration()) {
@@ -1221,6 +1229,11 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
     status.set_exit_code(WEXITSTATUS(wait_status));
     status.set_message(
         absl::StrCat("exited with code ", WEXITSTATUS(wait_status)));
+  }
+  if (!process.stopped_by_agent.empty()) {
+    status.set_stopped_by_agent(true);
+    status.set_message(absl::StrCat(status.message(), " after its agent "
+                                    "stopped it: ", process.stopped_by_agent));
   }
   auto attempt = attempts_.find(
       AttemptKey(std::get<0>(process.key), std::get<1>(process.key)));

@@ -195,8 +195,11 @@ class Supervisor : public RankController {
   // removes their cgroups and TMPDIRs.
   void CleanUpAttempts();
   // `grace` unset: each rank's own (its StartRanks' grace_period).
+  // `agent_reason`: the agent stops them on its own (lease, shutdown); their
+  // exits say so (RankStatus.stopped_by_agent).
   void HandleStop(const std::string& job_id, int attempt,
-                  std::optional<absl::Duration> grace, bool all);
+                  std::optional<absl::Duration> grace, bool all,
+                  const std::string* agent_reason = nullptr);
   // Fails the deferred starts of `job_id` attempts <= `attempt` (every one
   // when `all`) with `message`.
   void DropDeferred(const std::string& job_id, int attempt, bool all,

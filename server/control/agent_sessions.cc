@@ -398,6 +398,15 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
     why = absl::StrCat("rank ", st.rank(), " on ", node->name,
                        " failed to start: ", st.message());
     rec->job.set_exit_code(127);
+  } else if (st.stopped_by_agent()) {
+    // Not the job's doing: the scheduler was out of reach (or the agent
+    // shut down). Requeued without spending a retry.
+    rec->job.set_exit_code(st.exit_code());
+    FailAttempt(rec,
+                absl::StrCat("rank ", st.rank(), " on ", node->name, " ",
+                             st.message()),
+                /*spend_retry=*/false);
+    return;
   } else if (st.signal() != 0) {
     why = absl::StrCat("rank ", st.rank(), " on ", node->name,
                        " was killed by signal ", st.signal());

@@ -453,6 +453,10 @@ TEST_F(SupervisorTest, StopAllRanksUsesEachJobsGraceAndDoesNotBlock) {
   const absl::Time patient_time = absl::Now();
   EXPECT_EQ(quick_end.signal(), SIGKILL);
   EXPECT_EQ(patient_end.signal(), SIGKILL);
+  // Not the jobs' doing: their exits say the agent stopped them, and why.
+  EXPECT_TRUE(quick_end.stopped_by_agent());
+  EXPECT_NE(quick_end.message().find("lease expired"), std::string::npos)
+      << quick_end.message();
   EXPECT_GE(quick_time - stop, absl::Milliseconds(200));
   EXPECT_LT(quick_time - stop, absl::Milliseconds(1200));
   EXPECT_GE(patient_time - stop, absl::Milliseconds(1500));
@@ -460,6 +464,7 @@ TEST_F(SupervisorTest, StopAllRanksUsesEachJobsGraceAndDoesNotBlock) {
   supervisor_->StartRanks(Shell("later", "exit 0"));
   v1::RankStatus later = sink_.WaitEnd("later", 1, 0);
   EXPECT_EQ(later.state(), v1::RANK_EXITED) << later.message();
+  EXPECT_FALSE(later.stopped_by_agent());
 }
 
 TEST_F(SupervisorTest, StopJobStopsOlderAttemptsOnly) {

@@ -726,5 +726,29 @@ TEST_F(ControllerTest, ParkedExitsKeepTheirOrderAndBeatTheTimeLimit) {
   EXPECT_EQ(WaitState(limited, v1::SUCCEEDED), v1::SUCCEEDED);
 }
 
+// A rank its agent stopped on its own (its lease ran out while the
+// scheduler was out of reach) failed by no fault of the job: the attempt
+// is requeued without spending a retry.
+TEST_F(ControllerTest, ARankStoppedByItsAgentSpendsNoRetry) {
+  auto a = AddNode("a", 1);
+  const std::string id = Submit(1, 1, "", /*retries=*/0);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Settle();
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  v1::AgentMessage msg;
+  *msg.mutable_rank_status() = Status(id, 1, 0, v1::RANK_EXITED, 143);
+  msg.mutable_rank_status()->set_signal(SIGTERM);
+  msg.mutable_rank_status()->set_stopped_by_agent(true);
+  msg.mutable_rank_status()->set_message(
+      "killed by signal 15 after its agent stopped it: lease expired");
+  controller_->AgentMessage("a", a.get(), msg);
+  Settle();
+  const v1::Job job = *controller_->GetJob(id);
+  EXPECT_EQ(job.state(), v1::PENDING) << job.reason();
+  EXPECT_EQ(job.retries_used(), 0);
+  EXPECT_EQ(job.attempt(), 2);
+}
+
 }  // namespace
 }  // namespace xl::control
