@@ -13,9 +13,21 @@ void Outbox::PushStatus(const v1::RankStatus& status) {
 }
 
 void Outbox::PushMetrics(v1::TrainMetrics metrics) {
+  if (metrics_ >= max_metrics_) {
+    // The oldest point goes: the curve keeps its latest.
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->has_metrics()) {
+        queue_.erase(it);
+        --metrics_;
+        ++dropped_metrics_;
+        break;
+      }
+    }
+  }
   v1::AgentMessage message;
   *message.mutable_metrics() = std::move(metrics);
   queue_.push_back(std::move(message));
+  ++metrics_;
 }
 
 bool Outbox::PushLog(v1::LogChunk chunk) {
@@ -68,11 +80,13 @@ bool Outbox::Pop(v1::AgentMessage* message) {
   *message = std::move(queue_.front());
   queue_.pop_front();
   if (message->has_log()) log_bytes_ -= message->log().data().size();
+  if (message->has_metrics()) --metrics_;
   return true;
 }
 
 void Outbox::PushFront(v1::AgentMessage message) {
   if (message.has_log()) log_bytes_ += message.log().data().size();
+  if (message.has_metrics()) ++metrics_;
   queue_.push_front(std::move(message));
 }
 

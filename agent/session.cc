@@ -1,6 +1,7 @@
 #include "agent/session.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <utility>
@@ -415,6 +416,9 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
     const absl::Time now = clock.MonotonicNow();
     if (now >= next_heartbeat) {
       message.mutable_heartbeat()->set_seq(++heartbeat_seq_);
+      message.mutable_heartbeat()->set_supervisor_stalled_ms(
+          static_cast<uint32_t>(std::min<int64_t>(
+              absl::ToInt64Milliseconds(controller_->Stalled()), UINT32_MAX)));
       lease_.HeartbeatSent(heartbeat_seq_, now);
       next_heartbeat = now + heartbeat_interval_;
     } else if (!can_send() || !outbox_.Pop(&message)) {

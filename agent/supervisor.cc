@@ -1376,10 +1376,21 @@ absl::Duration Supervisor::NextTimeout() {
 
 void Supervisor::UpdateLiveness() {
   bool idle = !AnyAlive() && deferred_.empty() && attempts_.empty();
+  const absl::Time now = options_.clock->MonotonicNow();
   absl::MutexLock lock(&mu_);
   idle_ = idle;
   stop_all_done_ = stop_all_handled_;
   ++passes_;
+  last_pass_ = now;
+}
+
+absl::Duration Supervisor::Stalled() const {
+  const absl::Time now = options_.clock->MonotonicNow();
+  absl::MutexLock lock(&mu_);
+  if (!started_ || last_pass_ == absl::InfinitePast()) {
+    return absl::ZeroDuration();
+  }
+  return std::max(absl::ZeroDuration(), now - last_pass_);
 }
 
 bool Supervisor::AnyAlive() const {

@@ -78,6 +78,9 @@ class RankController {
   // produced a status yet (RANK_RUNNING, pid 0, message "starting": the
   // scheduler must keep holding their resources).
   virtual std::vector<v1::RankStatus> Snapshot() const = 0;
+  // How long the loop that reaps and stops ranks has not come round
+  // (Heartbeat.supervisor_stalled_ms); zero where there is no such loop.
+  virtual absl::Duration Stalled() const { return absl::ZeroDuration(); }
 };
 
 struct SupervisorOptions {
@@ -153,6 +156,7 @@ class Supervisor : public RankController {
   // while its group lives), and RANK_RUNNING pid 0 "starting" for each rank
   // of a StartRanks accepted (queued, or deferred behind an older attempt)
   // that has no status yet.
+  absl::Duration Stalled() const override;
   std::vector<v1::RankStatus> Snapshot() const override;
 
   // Stops every rank as StopJob does, refuses later StartRanks, and blocks
@@ -241,6 +245,8 @@ class Supervisor : public RankController {
   // Loop passes; each ends StopAll()'s wait, which then reads the monotonic
   // clock again (see monotonic_wait.h).
   uint64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
+  // When (monotonic) the loop last came round; InfinitePast before Start.
+  absl::Time last_pass_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
   // Number of StopAll commands the loop has handled.
   int stop_all_done_ ABSL_GUARDED_BY(mu_) = 0;

@@ -554,6 +554,21 @@ void Controller::AgentMessage(const std::string& name,
     v1::SchedulerMessage ack;
     ack.mutable_heartbeat_ack()->set_seq(msg.heartbeat().seq());
     node->conn->Send(ack);
+    const absl::Duration stalled =
+        absl::Milliseconds(msg.heartbeat().supervisor_stalled_ms());
+    if ((node->supervisor_stalled >= state::kStalledSupervisor) !=
+        (stalled >= state::kStalledSupervisor)) {
+      Log(absl::StrCat("node ", node->name, ": its agent's supervisor ",
+                       stalled >= state::kStalledSupervisor
+                           ? absl::StrCat("has not run for ",
+                                          HumanDuration(stalled),
+                                          "; no new work there")
+                           : std::string("runs again")));
+      // Back: what it has is free for pending jobs again.
+      capacity_freed_ = true;
+      pass_needed_ = true;
+    }
+    node->supervisor_stalled = stalled;
     return;
   }
   // Degraded: nothing is acted on. Statuses come again in the Register

@@ -1,6 +1,7 @@
 #include "server/state/node_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/duration.h"
 
 namespace xl::state {
 
@@ -27,6 +28,13 @@ std::string NodeTable::Unavailable(const NodeRecord& node) {
     return node.drain_reason.empty()
                ? "drained"
                : absl::StrCat("drained (", node.drain_reason, ")");
+  }
+  if (node.supervisor_stalled >= kStalledSupervisor) {
+    return absl::StrCat(
+        "its agent's supervisor has not run for ",
+        HumanDuration(node.supervisor_stalled),
+        " (stuck on the node: a hung mount or a blocked exec?); no new work "
+        "until it runs again");
   }
   if (!node.foreign_ranks.empty()) {
     const auto& [job, attempt, rank] = *node.foreign_ranks.begin();

@@ -20,6 +20,10 @@
 
 namespace xl::state {
 
+// An agent whose supervisor loop has not run this long is stuck on its
+// node (it waits at most a second for events).
+inline constexpr absl::Duration kStalledSupervisor = absl::Seconds(5);
+
 struct NodeRecord {
   std::string name;
   v1::NodeInventory inventory;
@@ -37,6 +41,9 @@ struct NodeRecord {
   std::string agent_version;
   // Register.instance_id of the agent process serving the node.
   std::string instance_id;
+  // Heartbeat.supervisor_stalled_ms of the last heartbeat: past
+  // kStalledSupervisor the node takes no new work.
+  absl::Duration supervisor_stalled = absl::ZeroDuration();
   // What the agent said it does (Register).
   bool shared_env = false;
   bool honours_lease = false;

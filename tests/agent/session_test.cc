@@ -222,6 +222,14 @@ class FakeController : public RankController {
     absl::MutexLock lock(&mu_);
     snapshot_ = std::move(s);
   }
+  absl::Duration Stalled() const override {
+    absl::MutexLock lock(&mu_);
+    return stalled_;
+  }
+  void SetStalled(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    stalled_ = d;
+  }
   bool WaitCommands(size_t starts, size_t stops) {
     absl::MutexLock lock(&mu_);
     auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -242,6 +250,7 @@ class FakeController : public RankController {
   mutable absl::Mutex mu_;
   std::vector<v1::StartRanks> starts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StopJob> stops_ ABSL_GUARDED_BY(mu_);
+  absl::Duration stalled_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::vector<v1::RankStatus> snapshot_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> stop_all_reasons_ ABSL_GUARDED_BY(mu_);
 };
@@ -344,6 +353,26 @@ TEST(SessionTest, RegistersWithInventoryAndSnapshotThenHeartbeats) {
   EXPECT_TRUE(session.connected());
   EXPECT_EQ(session.node(), "node-a");
   EXPECT_EQ(session.registrations(), 1);
+}
+
+// Heartbeats say how long the supervisor's loop has not come round, so the
+// scheduler sees an agent stuck on its node although it still heartbeats.
+TEST(SessionTest, HeartbeatsCarryHowLongTheSupervisorHasNotRun) {
+  FakeScheduler scheduler;
+  Server server(&scheduler);
+  FakeController controller;
+  controller.SetStalled(absl::Milliseconds(7250));
+  Session session(Options(server.port()));
+  session.Start(&controller);
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kHeartbeat) >= 2;
+  }));
+  for (const auto& m : scheduler.received()) {
+    if (m.has_heartbeat()) {
+      EXPECT_EQ(m.heartbeat().supervisor_stalled_ms(), 7250u);
+    }
+  }
+  session.Shutdown();
 }
 
 TEST(SessionTest, PassesCommandsToTheControllerAndEventsToTheScheduler) {
@@ -1084,6 +1113,41 @@ TEST(OutboxTest, DropsTheOldestLogsPastTheBoundAndSaysSo) {
   EXPECT_FALSE(outbox.Pop(&m));
   EXPECT_TRUE(outbox.empty());
   EXPECT_EQ(outbox.log_bytes(), 0u);
+}
+
+// Metrics queued while the scheduler is away are bounded: past the bound
+// the oldest points go, the newest stay, statuses and logs are untouched.
+TEST(OutboxTest, KeepsTheNewestMetricsPastTheBound) {
+  Outbox outbox(1 << 20, /*max_metrics=*/4);
+  v1::RankStatus status;
+  status.set_job_id("j");
+  outbox.PushStatus(status);
+  for (int step = 1; step <= 10; ++step) {
+    v1::TrainMetrics m;
+    m.set_step(step);
+    outbox.PushMetrics(m);
+  }
+  EXPECT_EQ(outbox.dropped_metrics_total(), 6u);
+  std::vector<int64_t> steps;
+  int statuses = 0;
+  v1::AgentMessage message;
+  while (outbox.Pop(&message)) {
+    if (message.has_metrics()) steps.push_back(message.metrics().step());
+    statuses += message.has_rank_status();
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{7, 8, 9, 10}));
+  EXPECT_EQ(statuses, 1);
+  // Popped and put back counts as queued again.
+  v1::TrainMetrics m;
+  m.set_step(11);
+  outbox.PushMetrics(m);
+  ASSERT_TRUE(outbox.Pop(&message));
+  outbox.PushFront(message);
+  for (int step = 12; step <= 15; ++step) {
+    m.set_step(step);
+    outbox.PushMetrics(m);
+  }
+  EXPECT_EQ(outbox.dropped_metrics_total(), 7u);
 }
 
 TEST(OutboxTest, DropStatusesKeepsLogsAndPushFrontRequeues) {

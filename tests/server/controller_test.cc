@@ -589,5 +589,29 @@ TEST_F(ControllerTest, MostOfTheFleetSilentAtOnceRequeuesNothing) {
   EXPECT_EQ(controller_->GetNode("c")->state(), v1::LOST);
 }
 
+// An agent that heartbeats but whose supervisor is stuck (a hung mount,
+// a blocked exec) gets no new work, and the node says why, until its
+// supervisor runs again.
+TEST_F(ControllerTest, ANodeWhoseSupervisorIsStuckGetsNoNewWork) {
+  auto a = AddNode("a", 1);
+  v1::AgentMessage beat;
+  beat.mutable_heartbeat()->set_seq(1);
+  beat.mutable_heartbeat()->set_supervisor_stalled_ms(30000);
+  controller_->AgentMessage("a", a.get(), beat);
+  const std::string id = Submit(1, 1);
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(a->Count(v1::SchedulerMessage::kStartRanks), 0);
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING);
+  EXPECT_NE(controller_->GetNode("a")->state_reason().find(
+                "its agent's supervisor has not run for 30s"),
+            std::string::npos)
+      << controller_->GetNode("a")->state_reason();
+  beat.mutable_heartbeat()->set_supervisor_stalled_ms(200);
+  controller_->AgentMessage("a", a.get(), beat);
+  controller_->Tick();
+  a->WaitFor(v1::SchedulerMessage::kStartRanks);
+}
+
 }  // namespace
 }  // namespace xl::control
