@@ -407,15 +407,20 @@ void Controller::CheckLiveness() {
   // Most of the fleet silent at once: more likely the scheduler's network
   // than that many nodes. Requeueing their jobs would pile them onto the
   // few nodes left and spend their retries; the brake holds for a while.
-  size_t fleet = 0;
-  for (const auto& [name, node] : nodes_.all()) fleet += node.lost ? 0 : 1;
-  if (silent.size() >= 2 &&
-      static_cast<double>(silent.size()) >
-          opts_.lost_brake_fraction * static_cast<double>(fleet)) {
+  // "At once": nodes a heartbeat apart pass the timeout a tick apart, so
+  // those silent for half of it count with the silent ones.
+  size_t fleet = 0, quiet = 0;
+  for (const auto& [name, node] : nodes_.all()) {
+    if (node.lost) continue;
+    ++fleet;
+    quiet += now - node.last_heartbeat_mono > opts_.heartbeat_timeout / 2;
+  }
+  if (quiet >= 2 && static_cast<double>(quiet) >
+                        opts_.lost_brake_fraction * static_cast<double>(fleet)) {
     if (brake_since_ == absl::InfinitePast()) {
       brake_since_ = now;
       brake_reason_ = absl::StrCat(
-          silent.size(), " of ", fleet, " nodes went silent at once; the "
+          quiet, " of ", fleet, " nodes went silent at once; the "
           "scheduler's own network is the likely cause, so none is counted "
           "lost and their jobs stay put for up to ",
           HumanDuration(opts_.lost_brake_max),

@@ -61,6 +61,13 @@ class Cluster:
         self.heartbeat_timeout = heartbeat_timeout
         self.procs = {}
         self.logs = []
+        # Network namespaces (ip netns) a process runs in, by key; where the
+        # scheduler listens, and where each agent reaches it (see
+        # test_partition.py). Empty: everything on the host's loopback.
+        if not hasattr(self, "netns"):
+            self.netns = {}
+            self.listen_host = "127.0.0.1"
+            self.agent_routes = {}
         self.start_scheduler()
         for i in range(agents):
             self.start_agent(f"node-{chr(ord('a') + i)}", gpus=gpus)
@@ -71,6 +78,8 @@ class Cluster:
     def _spawn(self, key, argv):
         log = open(os.path.join(self.tmp, f"{key}.log"), "ab")
         self.logs.append(log)
+        if key in self.netns:
+            argv = ["ip", "netns", "exec", self.netns[key], *argv]
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[key] = p
         return p
@@ -80,7 +89,7 @@ class Cluster:
         if os.path.exists(port_file):
             os.unlink(port_file)
         # A restart listens where the agents look for it (the port it had).
-        listen = f"127.0.0.1:{getattr(self, 'port', 0)}"
+        listen = f"{self.listen_host}:{getattr(self, 'port', 0)}"
         self._spawn("scheduler", [
             SCHEDULER, "--listen", listen, "--db", self.db, "--port-file", port_file,
             "--heartbeat-interval", "0.2", "--heartbeat-timeout", str(self.heartbeat_timeout),
@@ -105,7 +114,11 @@ class Cluster:
             f.write(inventory_yaml(name, gpus=gpus, **kw))
         work = os.path.join(self.tmp, f"work-{name}")
         os.makedirs(work, exist_ok=True)
-        return self._spawn(name, [AGENT, "--scheduler", self.address, "--work-dir", work,
+        route = self.agent_routes.get(name)  # (scheduler host, own address)
+        if route:
+            extra_args = ("--address", route[1], *extra_args)
+        scheduler = f"{route[0]}:{self.port}" if route else self.address
+        return self._spawn(name, [AGENT, "--scheduler", scheduler, "--work-dir", work,
                                   "--inventory", inv, "--name", name,
                                   "--heartbeat-interval-ms", "200", "--run-as", run_as,
                                   *(["--allow-root-jobs"] if allow_root_jobs else []),
@@ -146,7 +159,8 @@ class Cluster:
     # --- xlctl -----------------------------------------------------------
     def xlctl(self, *args, check=True, timeout=60, cwd=None, user="tester"):
         env = dict(os.environ, XL_SERVER=self.address, XL_USER=user)
-        r = subprocess.run([XLCTL, *args], capture_output=True, text=True, env=env,
+        prefix = ["ip", "netns", "exec", self.netns["scheduler"]] if "scheduler" in self.netns else []
+        r = subprocess.run([*prefix, XLCTL, *args], capture_output=True, text=True, env=env,
                            timeout=timeout, cwd=cwd or self.tmp)
         if check and r.returncode != 0:
             raise AssertionError(f"xlctl {' '.join(args)} exited {r.returncode}: {r.stderr}")

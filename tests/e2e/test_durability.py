@@ -134,10 +134,12 @@ class Durability(unittest.TestCase):
     def test_scheduler_kill_9_under_running_multi_node_jobs_changes_no_rank(self):
         # 20 two-node jobs running; the scheduler is killed -9 and started
         # again: every rank keeps its PID, every job is RUNNING on attempt 1,
-        # and no node is lost for the scheduler's own downtime.
+        # and no node is lost for the scheduler's own downtime. The agents
+        # keep their ranks for the lease (10 s, as the default heartbeat
+        # timeout gives; these tests run with a 2 s timeout).
         import grpc
         pb, rpc, job_pb2 = load_stubs()
-        c = Cluster(agents=3, gpus=0)
+        c = Cluster(agents=3, gpus=0, scheduler_args=["--lease", "10"])
         self.addCleanup(c.close)
         stub = rpc.JobServiceStub(grpc.insecure_channel(c.address))
         ids = [stub.SubmitJob(pb.SubmitJobRequest(spec=job_pb2.JobSpec(
@@ -172,7 +174,7 @@ class Durability(unittest.TestCase):
         stub = rpc.JobServiceStub(grpc.insecure_channel(c.address))
         # Every node connected again (READY with no reason), every job RUNNING.
         wait_until("3 nodes back", lambda: len([n for n in c.nodes()
-                                                if n.get("state") == "READY" and not n.get("stateReason")]) == 3,
+                                                if n.get("state") == "READY" and not n.get("state_reason")]) == 3,
                    60, interval=0.1)
         back = time.monotonic() - down
         self.assertEqual(running(), set(ids))

@@ -102,6 +102,7 @@ TEST_F(ControllerTest, LostNodeRequeuesOntoOthers) {
   clock_.Advance(absl::Seconds(6));
   controller_->AgentMessage("b", b.get(), v1::AgentMessage());
   clock_.Advance(absl::Seconds(6));
+  Beat("b", b.get());
   controller_->Tick();
   EXPECT_FALSE(a->closed().empty());
   // The next attempt waits until a's agent has surely stopped the ranks:

@@ -129,6 +129,7 @@ TEST_F(ControllerTest, ReturningNodeKeepsItsRanksResourcesUntilTheyExit) {
   clock_.Advance(absl::Seconds(6));
   Beat("b", b.get());
   clock_.Advance(absl::Seconds(6));
+  Beat("b", b.get());
   controller_->Tick();
   Settle();
   ASSERT_EQ(controller_->GetNode("a")->state(), v1::LOST);
@@ -445,6 +446,7 @@ TEST_F(ControllerTest, TheLostNodeFenceHoldsAcrossARestart) {
   clock_.Advance(absl::Seconds(6));
   Beat("b", b.get());
   clock_.Advance(absl::Seconds(6));
+  Beat("b", b.get());
   controller_->Tick();
   Settle();
   ASSERT_EQ(controller_->GetNode("a")->state(), v1::LOST);
