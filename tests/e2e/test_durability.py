@@ -89,35 +89,47 @@ class Durability(unittest.TestCase):
         self.assertFalse(again.created)
 
     def test_every_log_is_complete_when_wait_returns_across_a_scheduler_crash(self):
-        # Ranks print a known number of bytes (100 KB each, 6 MB in all, under
-        # the agent's 8 MiB of buffered output) and exit together while the
-        # scheduler is down: the agents report the exits first (in their
+        # Ranks print a known number of bytes (6 MB in all, under the agents'
+        # 8 MiB each of buffered output: 100 KB a job for 60) and exit
+        # together while the scheduler is down: the agents report the exits first (in their
         # Register) and send the output after. `xlctl wait` must not return
         # before `xlctl logs` shows all of it. XL_LOG_JOBS=1000 for the
         # issue's count; CI runs fewer.
         import grpc
         pb, rpc, job_pb2 = load_stubs()
         jobs = int(os.environ.get("XL_LOG_JOBS", "60"))
-        c = Cluster(agents=2, gpus=0)
+        size = 6_000_000 // jobs
+        # A 10 s lease (the default timeout's): the agents keep their ranks
+        # through the outage instead of stopping them at the e2e clusters'
+        # 2 s, which 1,000 exits on two cores can outlast.
+        c = Cluster(agents=2, gpus=0, scheduler_args=["--lease", "10"])
         self.addCleanup(c.close)
         stub = rpc.JobServiceStub(grpc.insecure_channel(c.address))
+        # Every rank blocks reading a FIFO (no CPU while 1,000 wait); opening
+        # and closing it once releases them all.
         flag = os.path.join(c.tmp, "go")
-        script = (f"while [ ! -e {flag} ]; do sleep 0.1; done; "
-                  "head -c 100000 /dev/zero | tr '\\0' x; echo; echo err-$XL_JOB_ID >&2")
+        os.mkfifo(flag)
+        script = (f"read line < {flag}; "
+                  f"head -c {size} /dev/zero | tr '\\0' x; echo; echo err-$XL_JOB_ID >&2")
         ids = []
         for i in range(jobs):
             ids.append(stub.SubmitJob(pb.SubmitJobRequest(spec=job_pb2.JobSpec(
                 name=f"log{i}", command=["/bin/sh", "-c", script])), timeout=10).job_id)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            running = [j for j in stub.ListJobs(pb.ListJobsRequest(), timeout=10).jobs
-                       if j.state == job_pb2.RUNNING]
+            running = [j for j in stub.ListJobs(pb.ListJobsRequest(
+                           states=[job_pb2.RUNNING], page_size=1000), timeout=10).jobs]
             if len(running) == jobs:
                 break
             time.sleep(0.2)
         self.assertEqual(len(running), jobs)
+        time.sleep(1)  # each rank from its exec to its read of the FIFO
         c.kill("scheduler", signal.SIGKILL)
-        open(flag, "w").close()  # every rank prints and exits, unheard
+        # Held open a moment, so that a rank still on its way to the FIFO
+        # does not miss the close: then every rank prints and exits, unheard.
+        writer = os.open(flag, os.O_WRONLY)
+        time.sleep(1)
+        os.close(writer)
         time.sleep(2)
         c.start_scheduler()
         incomplete = []
@@ -127,7 +139,7 @@ class Durability(unittest.TestCase):
             r = c.xlctl("wait", job_id, "--timeout", "120s", check=False)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             logs = c.xlctl("logs", job_id).stdout
-            if not re.search(r"(?<!x)x{100000}(?!x)", logs) or f"err-{job_id}" not in logs:
+            if not re.search(r"(?<!x)x{%d}(?!x)" % size, logs) or f"err-{job_id}" not in logs:
                 incomplete.append((job_id, len(logs)))
         self.assertEqual(incomplete, [])
 
@@ -148,8 +160,8 @@ class Durability(unittest.TestCase):
             for i in range(20)]
 
         def running():
-            return {j.id for j in stub.ListJobs(pb.ListJobsRequest(), timeout=10).jobs
-                    if j.state == job_pb2.RUNNING}
+            return {j.id for j in stub.ListJobs(pb.ListJobsRequest(
+                states=[job_pb2.RUNNING], page_size=1000), timeout=10).jobs}
 
         def rank_pids():
             pids = {}
