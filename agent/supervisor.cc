@@ -529,7 +529,12 @@ void Supervisor::Loop() {
     }
     // Reap before commands so a StartRanks sees old attempts that just died.
     Reap();
-    for (Command& command : commands) HandleCommand(command);
+    for (Command& command : commands) {
+      HandleCommand(command);
+      // Hundreds of starts queued at once take a while; each one done is
+      // progress, not a stall (Stalled()).
+      MarkProgress();
+    }
     Reap();
     RunTimers();
     UpdateLiveness();
@@ -1381,6 +1386,12 @@ void Supervisor::UpdateLiveness() {
   idle_ = idle;
   stop_all_done_ = stop_all_handled_;
   ++passes_;
+  last_pass_ = now;
+}
+
+void Supervisor::MarkProgress() {
+  const absl::Time now = options_.clock->MonotonicNow();
+  absl::MutexLock lock(&mu_);
   last_pass_ = now;
 }
 

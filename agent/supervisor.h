@@ -231,6 +231,8 @@ class Supervisor : public RankController {
   void FailToStart(const v1::StartRanks& request, int rank,
                    const std::string& message, bool node_fault = false);
   void UpdateLiveness();
+  // The loop moved on (a command handled): what Stalled() measures from.
+  void MarkProgress();
   bool AnyAlive() const;
 
   const SupervisorOptions options_;

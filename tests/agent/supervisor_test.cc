@@ -595,6 +595,31 @@ TEST(SupervisorRetentionTest, ExitedRanksArePrunedAfterTheRetention) {
   EXPECT_TRUE(supervisor.Snapshot().empty());
 }
 
+// Stalled() is how long the loop has not come round (on the monotonic
+// clock): the time since its last pass, back near zero once it runs again.
+TEST(SupervisorRetentionTest, StalledIsTheTimeSinceTheLoopLastCameRound) {
+  TempDir dir;
+  FakeClock clock;
+  RecordingSink sink;
+  SupervisorOptions options = AgentUserOptions();
+  options.work_dir = dir.path();
+  options.scratch_dir = dir.path();
+  options.clock = &clock;
+  Supervisor supervisor(options, &sink);
+  EXPECT_EQ(supervisor.Stalled(), absl::ZeroDuration());  // not started
+  ASSERT_TRUE(supervisor.Start().ok());
+  supervisor.StopJob(v1::StopJob());  // a pass
+  ASSERT_TRUE(WaitUntil([&] { return supervisor.Stalled() < absl::Seconds(1); },
+                        kWait));
+  // Its next pass comes within a second (real time) of the last.
+  absl::SleepFor(absl::Milliseconds(100));
+  clock.Advance(absl::Seconds(30));  // the loop did not run meanwhile
+  EXPECT_GE(supervisor.Stalled(), absl::Seconds(29));
+  supervisor.StopJob(v1::StopJob());  // it runs again
+  EXPECT_TRUE(WaitUntil([&] { return supervisor.Stalled() < absl::Seconds(1); },
+                        kWait));
+}
+
 v1::StartRanks ShellJob(const std::string& job, int attempt,
                         const std::string& script,
                         std::vector<int> ranks = {0}) {
