@@ -39,6 +39,26 @@ def inventory_yaml(name, gpus=2, cpus=16, switch="s1", rack="r1", nic_gbps=100,
     return "\n".join(lines) + "\n"
 
 
+def rank_processes(comm):
+    """The ranks whose program is `comm`, whatever node or network namespace
+    of a test cluster runs them: (pid, XL_JOB_ID, XL_ATTEMPT, RANK) from
+    /proc."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != comm:
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        except (OSError, ValueError):
+            continue
+        if b"XL_JOB_ID" in env:
+            found.append((int(pid), env[b"XL_JOB_ID"].decode(),
+                          int(env.get(b"XL_ATTEMPT", b"0")), int(env.get(b"RANK", b"0"))))
+    return found
+
+
 def wait_until(what, fn, timeout=30.0, interval=0.05):
     deadline = time.monotonic() + timeout
     last = None

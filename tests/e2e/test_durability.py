@@ -16,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, wait_until  # noqa: E402
+from cluster import Cluster, rank_processes, wait_until  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -164,19 +164,8 @@ class Durability(unittest.TestCase):
                 states=[job_pb2.RUNNING], page_size=1000), timeout=10).jobs}
 
         def rank_pids():
-            pids = {}
-            for pid in os.listdir("/proc"):
-                try:
-                    with open(f"/proc/{pid}/comm") as f:
-                        if f.read().strip() != "sleep":
-                            continue
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
-                except OSError:
-                    continue
-                if env.get(b"XL_JOB_ID", b"").decode() in ids:
-                    pids[(env[b"XL_JOB_ID"].decode(), env[b"RANK"].decode())] = int(pid)
-            return pids
+            return {(job, rank): pid for pid, job, _, rank in rank_processes("sleep")
+                    if job in ids}
         wait_until("20 jobs running", lambda: len(running()) == 20, 120, interval=0.2)
         before = wait_until("40 ranks", lambda: (lambda p: p if len(p) == 40 else None)(rank_pids()), 30)
         down = time.monotonic()

@@ -13,7 +13,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, wait_until  # noqa: E402
+from cluster import Cluster, rank_processes, wait_until  # noqa: E402
 
 
 def ip(*args, check=True):
@@ -87,19 +87,8 @@ class NetnsCluster(Cluster):
 
 def rank_pids(job_id, attempt):
     """PIDs of the job's `sleep` ranks of that attempt, whatever namespace."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() != "sleep":
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
-        except OSError:
-            continue
-        if env.get(b"XL_JOB_ID") == job_id.encode() and env.get(b"XL_ATTEMPT") == str(attempt).encode():
-            found.append(int(pid))
-    return found
+    return [pid for pid, job, at, _ in rank_processes("sleep")
+            if job == job_id and at == attempt]
 
 
 JOB = """\

@@ -16,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, wait_until  # noqa: E402
+from cluster import Cluster, rank_processes, wait_until  # noqa: E402
 
 
 def train_job(steps, nodes=2, ranks=2, hidden=64, every=50, retries=0, name="train",
@@ -102,19 +102,8 @@ class Training(unittest.TestCase):
         wait_until("step >= 300", lambda: (lambda j: j if int(j.get("metrics", {}).get("step", 0)) >= 300 else None)(c.job(job_id)), 180)
 
         def ranks():
-            found = {}
-            for pid in os.listdir("/proc"):
-                try:
-                    with open(f"/proc/{pid}/comm") as f:
-                        if f.read().strip() != "xl-train":
-                            continue
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
-                except OSError:
-                    continue
-                if env.get(b"XL_JOB_ID") == job_id.encode() and env.get(b"XL_ATTEMPT") == b"1":
-                    found[int(env[b"RANK"])] = int(pid)
-            return found
+            return {rank: pid for pid, job, attempt, rank in rank_processes("xl-train")
+                    if job == job_id and attempt == 1}
         old = wait_until("both ranks", lambda: (lambda r: r if len(r) == 2 else None)(ranks()), 10)
         frozen = time.monotonic()
         os.kill(old[1], signal.SIGSTOP)
