@@ -1,8 +1,12 @@
 // xl-agent: reports this node to the scheduler and runs the ranks it assigns.
-// main parses flags, builds the inventory, starts the supervisor and the
-// session, and on SIGTERM/SIGINT stops every rank (5 s grace) and exits 0.
-// Signals are blocked in every thread and taken by sigwait() here.
+// main parses flags, builds the inventory, starts the supervisor (which
+// adopts the ranks an earlier agent left running) and the session. SIGTERM
+// leaves the ranks running for the next agent (an upgrade, a restart);
+// SIGINT, or SIGTERM with --drain, stops every rank with its job's grace.
+// Either exits 0. Signals are blocked in every thread and taken by sigwait()
+// here.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
@@ -15,15 +19,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "agent/inventory/inventory.h"
 #include "agent/isolation/cgroup.h"
 #include "agent/isolation/user.h"
 #include "agent/log.h"
 #include "agent/node_credentials.h"
+#include "agent/rank_shim.h"
 #include "agent/session.h"
 #include "agent/supervisor.h"
 #include "common/duration.h"
+#include "common/status.h"
 #include "common/proto_text.h"
 
 #ifndef XL_AGENT_VERSION
@@ -90,10 +97,15 @@ int Main(int argc, char** argv) {
   CLI::App app{
       "xl-agent: reports this node (GPUs, NVMe, NICs, CPUs, memory) to "
       "xl-scheduler over one long-lived stream and runs the ranks the "
-      "scheduler assigns as child processes (execve, one process group per "
-      "rank), as the job's submitter (--run-as) in a cgroup per job "
-      "(memory, CPU, devices). Logs go to stderr. SIGTERM or SIGINT stops every rank (SIGTERM, "
-      "SIGKILL after 5 s) and exits 0.",
+      "scheduler assigns (execve, one process group per rank, each under an "
+      "xl-rank-shim process of its own so that it outlives the agent), as "
+      "the job's submitter (--run-as) in a cgroup per job (memory, CPU, "
+      "devices). Logs go to stderr. SIGTERM leaves the ranks running for the "
+      "next xl-agent started with the same --work-dir, which adopts them "
+      "(restarts, upgrades); ranks whose agent does not come back stop "
+      "themselves when its lease runs out. SIGINT, or SIGTERM with --drain, "
+      "stops every rank (SIGTERM, SIGKILL after its job's grace period) "
+      "before exiting. Exits 0.",
       "xl-agent"};
   std::string scheduler;
   std::string work_dir;
@@ -105,6 +117,12 @@ int Main(int argc, char** argv) {
   NodeTlsOptions tls;
   std::string run_as_flag = "submitter";
   bool allow_root_jobs = false;
+  bool drain = false;
+  app.add_flag("--drain", drain,
+               "On SIGTERM, stop every rank (its job's grace, then SIGKILL) "
+               "before exiting, as SIGINT does; without it SIGTERM leaves "
+               "them running for the next agent (use it when the node is "
+               "going away)");
   app.add_option("--scheduler", scheduler,
                  "HOST:PORT of xl-scheduler (required unless "
                  "--print-inventory)");
@@ -268,6 +286,18 @@ int Main(int argc, char** argv) {
   SessionOptions session_options;
   session_options.scheduler = scheduler;
   session_options.name = name;
+  // The agent's identity survives its restarts with the ranks it adopts.
+  const std::string state_dir = work_dir + "/state";
+  std::filesystem::create_directories(state_dir, ec);
+  ::chmod(state_dir.c_str(), 0700);
+  const std::string instance_file = state_dir + "/instance";
+  {
+    std::string id;
+    if (shim::ReadWholeFile(instance_file, &id)) {
+      id = std::string(absl::StripAsciiWhitespace(id));
+      if (id.size() == 32) session_options.instance_id = id;
+    }
+  }
   session_options.inventory = *inventory;
   session_options.agent_version = XL_AGENT_VERSION;
   session_options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
@@ -308,11 +338,14 @@ int Main(int argc, char** argv) {
                          "); checkpoints go to ", fallback));
     supervisor_options.scratch_dir = fallback;
   }
-  // xl-train ships beside xl-agent (installed) or in worker/ (build tree).
+  // xl-train ships beside xl-agent (installed) or in worker/ (build tree);
+  // xl-rank-shim beside it.
   {
     std::error_code self_ec;
     auto self = std::filesystem::read_symlink("/proc/self/exe", self_ec);
     if (!self_ec) {
+      supervisor_options.shim_binary =
+          (self.parent_path() / "xl-rank-shim").string();
       for (auto candidate : {self.parent_path() / "xl-train",
                              self.parent_path() / "worker" / "xl-train"}) {
         if (access(candidate.c_str(), X_OK) == 0) {
@@ -321,6 +354,19 @@ int Main(int argc, char** argv) {
         }
       }
     }
+  }
+  if (session_options.instance_id.empty() &&
+      !shim::WriteFileAtomically(instance_file,
+                                 session.instance_id() + "\n")) {
+    LogLine(absl::StrCat("cannot write ", instance_file, ": ",
+                         ErrnoString(errno),
+                         "; a restarted agent will be a new instance"));
+  }
+  // Every rank holds a few descriptors here (its spools).
+  struct rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
   }
   Supervisor supervisor(supervisor_options, &session);
   absl::Status started = supervisor.Start();
@@ -336,9 +382,19 @@ int Main(int argc, char** argv) {
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {
   }
+  if (sig == SIGTERM && !drain) {
+    LogLine("received SIGTERM: leaving the ranks running for the next "
+            "xl-agent (start it with the same --work-dir; --drain stops them "
+            "instead)");
+    supervisor.Detach();
+    // Lets the statuses already queued reach the scheduler.
+    session.Shutdown(absl::Seconds(1));
+    LogLine("stopped");
+    return 0;
+  }
   LogLine(absl::StrCat("received ", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                       ": stopping every rank (grace 5s)"));
-  absl::Status stopped = supervisor.StopAll(absl::Seconds(5));
+                       ": stopping every rank (each with its job's grace)"));
+  absl::Status stopped = supervisor.StopAll();
   if (!stopped.ok()) LogLine(std::string(stopped.message()));
   RemoveNodeCgroups(supervisor_options.cgroups);
   // Lets the final rank statuses reach the scheduler.

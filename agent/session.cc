@@ -116,7 +116,8 @@ std::string Describe(const v1::StartRanks& start) {
 
 Session::Session(SessionOptions options)
     : options_(std::move(options)),
-      instance_id_(NewInstanceId()),
+      instance_id_(options_.instance_id.empty() ? NewInstanceId()
+                                                : options_.instance_id),
       channel_(MakeChannel(options_)),
       stub_(v1::AgentService::NewStub(channel_)),
       outbox_(options_.max_buffered_log_bytes),
@@ -318,6 +319,7 @@ absl::Status Session::RunConnection(bool* registered) {
       {
         absl::MutexLock lock(&mu_);
         lease_.Grant(register_sent, lease);
+        if (controller_ != nullptr) controller_->SetLease(lease_.valid_until());
         acked_ = true;
         log_acks_ = ack.log_acks();
         heartbeat_interval_ = interval;
@@ -473,6 +475,8 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
       // Acks come in order but need not: find the one acknowledged.
       for (auto it = unacked_.begin(); it != unacked_.end(); ++it) {
         if (it->seq() == seq) {
+          // Stored: a restarted agent ships this rank's output from here.
+          if (controller_ != nullptr) controller_->LogStored(it->log());
           unacked_bytes_ -= it->log().data().size();
           unacked_.erase(it);
           break;
@@ -482,7 +486,10 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
     }
     case v1::SchedulerMessage::kHeartbeatAck: {
       absl::MutexLock lock(&mu_);
-      lease_.HeartbeatAcked(message.heartbeat_ack().seq());
+      if (lease_.HeartbeatAcked(message.heartbeat_ack().seq()) &&
+          controller_ != nullptr) {
+        controller_->SetLease(lease_.valid_until());
+      }
       break;
     }
     case v1::SchedulerMessage::kRegisterAck: {
@@ -528,6 +535,8 @@ void Session::ExpireLease(absl::Time now) {
   const absl::Duration lease = lease_.duration();
   const uint64_t serial = connection_serial_;
   lease_.Release();
+  // Ranks whose agent dies from here on stop themselves at once.
+  if (controller_ != nullptr) controller_->SetLease(now);
   ++lease_expirations_;
   const std::string silent_for =
       absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100)));

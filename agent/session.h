@@ -46,6 +46,10 @@ namespace xl::agent {
 struct SessionOptions {
   // The scheduler's agent endpoint, HOST:PORT.
   std::string scheduler;
+  // Register.instance_id; empty: drawn at random. The agent keeps its own
+  // in its state directory, so that a restarted agent that adopted its
+  // predecessor's ranks is the same agent to the scheduler.
+  std::string instance_id;
   // The node's name in the cluster.
   std::string name;
   v1::NodeInventory inventory;
@@ -104,8 +108,8 @@ class Session : public RankEventSink {
   std::string node() const;
   // Times the lease ran out (and every rank was stopped).
   int lease_expirations() const;
-  // Register.instance_id: 128 random bits in hex, drawn once per Session, so
-  // the same across its reconnects and another for every agent process.
+  // Register.instance_id: options.instance_id, or 128 random bits in hex
+  // drawn once per Session (the same across its reconnects).
   const std::string& instance_id() const { return instance_id_; }
 
  private:

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -26,24 +28,44 @@
 #include "agent/exec_child.h"
 #include "agent/log.h"
 #include "agent/monotonic_wait.h"
+#include "agent/rank_shim.h"
 #include "common/duration.h"
 #include "common/status.h"
 
 namespace xl::agent {
 
-// A rank's stdout or stderr: the read end of its pipe and the bytes not yet
-// sent because their line is incomplete.
+// A rank's stdout, stderr or metrics: its spool file (written by the shim),
+// how far it was read and sent, and the bytes not yet sent because their
+// line is incomplete.
 struct Supervisor::Output {
   v1::LogStream stream = v1::LOG_STREAM_UNSPECIFIED;
-  int fd = -1;
+  const char* name = "";  // the spool's file name
+  int fd = -1;            // open while the rank's output may still grow
+  bool closed = false;
   std::string pending;
   absl::Time pending_since = absl::InfiniteFuture();
-  int64_t offset = 0;  // bytes emitted so far (LogChunk.end_offset)
+  int64_t offset = 0;       // bytes emitted so far (LogChunk.end_offset)
+  int64_t read_offset = 0;  // bytes read from the spool
+  int64_t stored = 0;       // acknowledged by the scheduler
+  // Chunk ends an earlier agent sent past `stored`: sent again as the same
+  // chunks after an adoption.
+  std::deque<int64_t> replay;
+  int chunks_fd = -1;  // where chunk ends are remembered
 };
 
-// One started rank. pgid == pid: the leader is the process execve'd.
+// One started rank. pgid == pid: the leader is the process the shim
+// execve'd.
 struct Supervisor::Process {
   RankKey key;
+  std::string dir;  // its state directory
+  pid_t shim_pid = 0;
+  bool shim_gone = false;
+  absl::Time next_lock_check = absl::InfinitePast();
+  int watch = -1;
+  bool dirty = true;
+  // The shim reported the rank running (pid known), or the start is over.
+  bool started = false;
+  bool finished = false;  // failed to start: nothing left to follow
   pid_t pid = 0;
   bool leader_alive = true;
   // Some process of the group may remain after the leader exits.
@@ -53,6 +75,8 @@ struct Supervisor::Process {
   // down); empty when the scheduler asked or nobody did.
   std::string stopped_by_agent;
   bool sigkill_sent = false;
+  // A signal asked for before the rank had a pid.
+  int pending_signal = 0;
   absl::Time kill_deadline = absl::InfiniteFuture();
   absl::Duration grace;
   // The RANK_EXITED status sent at the leader's exit, sent again without
@@ -62,6 +86,7 @@ struct Supervisor::Process {
   Output err;
   // XL_METRICS_FD: one TrainMetrics JSON object per line.
   Output metrics;
+  absl::Time metrics_persisted = absl::InfinitePast();
 };
 
 struct Supervisor::Command {
@@ -69,7 +94,8 @@ struct Supervisor::Command {
   v1::StartRanks start;
   v1::StopJob stop;
   absl::Duration grace;
-  std::string reason;  // kStopRanks
+  bool own_grace = false;  // kStopAll: each rank's own grace
+  std::string reason;      // kStopRanks
 };
 
 namespace {
@@ -127,7 +153,9 @@ void CloseFd(int& fd) {
 }
 
 // True while any process of the group exists (zombies included).
-bool GroupAlive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno == EPERM; }
+bool GroupAlive(pid_t pgid) {
+  return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM);
+}
 
 std::string SignalName(int sig) {
   const char* name = sigdescr_np(sig);  // Thread-safe, unlike strsignal().
@@ -136,8 +164,36 @@ std::string SignalName(int sig) {
 
 // Job ids become path components.
 bool SafePathComponent(const std::string& s) {
-  return !s.empty() && s != "." && s != ".." &&
-         s.find('/') == std::string::npos && s.find('\0') == std::string::npos;
+  if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos) {
+    return false;
+  }
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+// True when no xl-rank-shim holds the rank directory's lock (it is gone,
+// or it never started).
+bool ShimGone(const std::string& dir) {
+  int fd = ::open((dir + "/" + shim::kLock).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);  // Releases it again when taken.
+  return free;
+}
+
+// The chunk ends remembered in a chunks file.
+std::vector<int64_t> ReadChunkEnds(const std::string& path) {
+  std::string data;
+  std::vector<int64_t> ends;
+  if (!shim::ReadWholeFile(path, &data)) return ends;
+  for (size_t i = 0; i + sizeof(int64_t) <= data.size(); i += sizeof(int64_t)) {
+    int64_t end;
+    memcpy(&end, data.data() + i, sizeof(end));
+    ends.push_back(end);
+  }
+  return ends;
 }
 
 absl::Status MakeDirs(const std::string& path, const std::string& what) {
@@ -148,12 +204,6 @@ absl::Status MakeDirs(const std::string& path, const std::string& what) {
         absl::StrCat("cannot create ", what, " ", path, ": ", ec.message()));
   }
   return absl::OkStatus();
-}
-
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
 }
 
 // Makes `path` (and missing parents) a directory of `user`'s only: owner
@@ -194,23 +244,77 @@ Supervisor::~Supervisor() {
     quit_ = true;
   }
   Wake();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   CloseFd(wake_read_);
   CloseFd(wake_write_);
+  CloseFd(inotify_);
+  CloseFd(agent_lock_);
   g_running.store(false);
 }
 
+void Supervisor::Detach() {
+  if (!started_) return;
+  {
+    absl::MutexLock lock(&mu_);
+    detach_ = true;
+    quit_ = true;
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
 absl::Status Supervisor::Start() {
+  if (options_.shim_binary.empty() ||
+      ::access(options_.shim_binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot run the rank shim \"", options_.shim_binary,
+        "\"; install xl-rank-shim next to xl-agent (it is built with it)"));
+  }
+  if (options_.state_dir.empty() && options_.work_dir.empty()) {
+    return absl::FailedPreconditionError(
+        "no --work-dir: the supervisor keeps the ranks' state under it");
+  }
+  state_dir_ = options_.state_dir.empty() ? options_.work_dir + "/state"
+                                          : options_.state_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir_ + "/ranks", ec);
+  if (ec || ::chmod(state_dir_.c_str(), 0700) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create the state directory ", state_dir_, "/ranks: ",
+        ec ? ec.message() : ErrnoString(errno),
+        "; check the agent's --work-dir"));
+  }
   bool expected = false;
   if (!g_running.compare_exchange_strong(expected, true)) {
     return absl::FailedPreconditionError(
         "another Supervisor runs in this process; stop it first");
+  }
+  // One agent per state directory; held for the process's life, it also
+  // tells the shims that an agent runs (rank_shim.h, LeaseExpired).
+  agent_lock_ = ::open((state_dir_ + "/agent.lock").c_str(),
+                       O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (agent_lock_ < 0 || ::flock(agent_lock_, LOCK_EX | LOCK_NB) != 0) {
+    CloseFd(agent_lock_);
+    g_running.store(false);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another xl-agent uses ", state_dir_,
+        "; give each agent its own --work-dir, or stop the other one"));
   }
   absl::Status status = InstallSigchld();
   int fds[2];
   if (status.ok() && pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     status = absl::InternalError(
         absl::StrCat("cannot create wake-up pipe: ", ErrnoString(errno)));
+  }
+  if (status.ok()) {
+    inotify_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (inotify_ < 0) {
+      status = absl::InternalError(absl::StrCat(
+          "cannot watch rank state directories (inotify): ",
+          ErrnoString(errno), "; raise fs.inotify.max_user_instances"));
+      ::close(fds[0]);
+      ::close(fds[1]);
+    }
   }
   if (!status.ok()) {
     g_running.store(false);
@@ -224,8 +328,127 @@ absl::Status Supervisor::Start() {
                          "); processes ranks leave behind go to init"));
   }
   started_ = true;
+  boot_id_ = shim::BootId();
+  Adopt();
+  UpdateLiveness();
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
+}
+
+void Supervisor::Adopt() {
+  std::error_code ec;
+  std::vector<std::string> dirs;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(state_dir_ + "/ranks", ec)) {
+    dirs.push_back(entry.path().string());
+  }
+  for (const std::string& dir : dirs) {
+    std::string data;
+    // A shim that holds its lock but has not written its record yet is
+    // starting: give it a moment.
+    for (int i = 0; i < 100 && !shim::ReadWholeFile(dir + "/" + shim::kRecord,
+                                                    &data);
+         ++i) {
+      if (ShimGone(dir)) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    const auto record = shim::ParseLines(data);
+    auto job = record.find("job");
+    if (job == record.end() || !SafePathComponent(job->second) ||
+        !record.count("shim_pid")) {
+      // Never started (the agent died first) or not ours: nothing to adopt.
+      if (ShimGone(dir)) {
+        std::filesystem::remove_all(dir, ec);
+      } else {
+        LogLine(absl::StrCat("rank state ", dir, " has no record but its "
+                             "shim runs; leaving it alone"));
+      }
+      continue;
+    }
+    if (record.count("boot") && record.at("boot") != shim::BootId()) {
+      // From before a reboot: its pids mean nothing now.
+      std::filesystem::remove_all(dir, ec);
+      continue;
+    }
+    auto process = std::make_unique<Process>();
+    process->key = RankKey(job->second, shim::Int(record, "attempt"),
+                           shim::Int(record, "rank"));
+    if (processes_.count(process->key)) continue;
+    process->dir = dir;
+    process->shim_pid = shim::Int(record, "shim_pid");
+    process->grace = absl::Milliseconds(shim::Int(record, "grace_ms", 10000));
+    const auto acked = [&] {
+      std::string text;
+      shim::ReadWholeFile(dir + "/" + shim::kAcked, &text);
+      return shim::ParseLines(text);
+    }();
+    for (auto [output, name, chunks] :
+         {std::tuple{&process->out, shim::kStdout, shim::kChunksStdout},
+          {&process->err, shim::kStderr, shim::kChunksStderr},
+          {&process->metrics, shim::kMetrics, ""}}) {
+      output->stored = shim::Int(acked, name);
+      output->offset = output->read_offset = output->stored;
+      if (*chunks == '\0') continue;
+      for (int64_t end : ReadChunkEnds(dir + "/" + chunks)) {
+        if (end > output->stored &&
+            (output->replay.empty() || end > output->replay.back())) {
+          output->replay.push_back(end);
+        }
+      }
+    }
+    process->out.stream = v1::STDOUT;
+    process->out.name = shim::kStdout;
+    process->err.stream = v1::STDERR;
+    process->err.name = shim::kStderr;
+    process->metrics.name = shim::kMetrics;
+    const AttemptKey attempt_key(std::get<0>(process->key),
+                                 std::get<1>(process->key));
+    if (!attempts_.count(attempt_key)) {
+      auto attempt = std::make_unique<Attempt>();
+      attempt->user.name = record.count("user") ? record.at("user") : "";
+      attempt->user.uid = shim::Int(record, "uid");
+      attempt->user.gid = shim::Int(record, "gid");
+      attempt->tmp_dir = record.count("tmp_dir") ? record.at("tmp_dir") : "";
+      if (record.count("cgroup") &&
+          options_.cgroups.version != CgroupVersion::kNone) {
+        attempt->cgroup = JobCgroup::Adopt(
+            options_.cgroups, record.at("cgroup"),
+            static_cast<uint64_t>(shim::Int(record, "memory_limit")));
+      }
+      attempts_[attempt_key] = std::move(attempt);
+    }
+    LogLine(absl::StrCat("job ", std::get<0>(process->key), " attempt ",
+                         std::get<1>(process->key), " rank ",
+                         std::get<2>(process->key),
+                         ": adopted (shim pid ", process->shim_pid, ")"));
+    Process& raw = *process;
+    processes_[process->key] = std::move(process);
+    WatchRank(raw);
+    Poll(raw);
+    if (!raw.started && !raw.finished) {
+      // Still starting: a StartRanks sent again must not start it twice.
+      v1::RankStatus status;
+      status.set_job_id(std::get<0>(raw.key));
+      status.set_attempt(std::get<1>(raw.key));
+      status.set_rank(std::get<2>(raw.key));
+      status.set_state(v1::RANK_RUNNING);
+      status.set_message("starting");
+      SetStatus(status, /*notify=*/false);
+    }
+  }
+}
+
+void Supervisor::WatchRank(Process& process) {
+  process.watch = inotify_add_watch(inotify_, process.dir.c_str(),
+                                    IN_MODIFY | IN_MOVED_TO | IN_CLOSE_WRITE);
+  if (process.watch >= 0) {
+    watches_[process.watch] = &process;
+  } else {
+    // Followed by the once-a-second sweep only.
+    LogLine(absl::StrCat("cannot watch ", process.dir, ": ",
+                         ErrnoString(errno),
+                         "; raise fs.inotify.max_user_watches"));
+  }
 }
 
 void Supervisor::Wake() {
@@ -271,16 +494,20 @@ void Supervisor::StopAllRanks(const std::string& reason) {
   Enqueue(std::move(c));
 }
 
-absl::Status Supervisor::StopAll(absl::Duration grace) {
+absl::Status Supervisor::StopAll(std::optional<absl::Duration> grace) {
   if (!started_) return absl::OkStatus();
   int ticket;
+  absl::Duration longest;
   {
     absl::MutexLock lock(&mu_);
     ticket = ++stop_all_requested_;
+    longest = longest_grace_;
   }
   Command c;
   c.kind = Command::kStopAll;
-  c.grace = grace;
+  c.own_grace = !grace.has_value();
+  c.grace = grace.value_or(longest);
+  if (c.own_grace) grace = longest;
   Enqueue(std::move(c));
   absl::MutexLock lock(&mu_);
   auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -290,7 +517,7 @@ absl::Status Supervisor::StopAll(absl::Duration grace) {
   // loop's passes (a relative poll() timeout, at most a second) tick it.
   const Clock& real = *RealClock::Get();
   if (!AwaitUntil(&mu_, absl::Condition(&done), &passes_, real,
-                  real.MonotonicNow() + grace + absl::Seconds(5))) {
+                  real.MonotonicNow() + *grace + absl::Seconds(5))) {
     return absl::DeadlineExceededError(
         "some rank processes survived SIGKILL (stuck in the kernel?); "
         "check with ps -eo pid,pgid,stat,cmd");
@@ -338,7 +565,25 @@ void Supervisor::Settle(const v1::StartRanks& request) {
   }
 }
 
-void Supervisor::SetStatus(const v1::RankStatus& status) {
+void Supervisor::LogStored(const v1::LogChunk& chunk) {
+  if (chunk.end_offset() <= 0) return;
+  absl::MutexLock lock(&mu_);
+  int64_t& end = stored_[{chunk.job_id(), chunk.attempt(), chunk.rank(),
+                          static_cast<int>(chunk.stream())}];
+  end = std::max(end, chunk.end_offset());
+}
+
+void Supervisor::SetLease(absl::Time until) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (until == lease_until_ && !lease_changed_) return;
+    lease_until_ = until;
+    lease_changed_ = true;
+  }
+  Wake();
+}
+
+void Supervisor::SetStatus(const v1::RankStatus& status, bool notify) {
   {
     absl::MutexLock lock(&mu_);
     StatusEntry& entry =
@@ -350,7 +595,7 @@ void Supervisor::SetStatus(const v1::RankStatus& status) {
             ? absl::InfiniteFuture()
             : options_.clock->MonotonicNow();
   }
-  sink_->OnRankStatus(status);
+  if (notify) sink_->OnRankStatus(status);
 }
 
 void Supervisor::FailToStart(const v1::StartRanks& request, int rank,
@@ -368,47 +613,99 @@ void Supervisor::FailToStart(const v1::StartRanks& request, int rank,
 }
 
 void Supervisor::Loop() {
-  std::vector<pollfd> fds;
-  std::vector<std::pair<Process*, Output*>> owners;
+  absl::Time next_sweep = absl::InfinitePast();
   while (true) {
-    fds.clear();
-    owners.clear();
-    fds.push_back({wake_read_, POLLIN, 0});
-    fds.push_back({g_sigchld_read, POLLIN, 0});
-    for (auto& [key, process] : processes_) {
-      for (Output* output : {&process->out, &process->err, &process->metrics}) {
-        if (output->fd < 0) continue;
-        fds.push_back({output->fd, POLLIN, 0});
-        owners.emplace_back(process.get(), output);
-      }
-    }
+    pollfd fds[3] = {{wake_read_, POLLIN, 0},
+                     {g_sigchld_read, POLLIN, 0},
+                     {inotify_, POLLIN, 0}};
     absl::Duration timeout = NextTimeout();
     int timeout_ms = static_cast<int>(std::max<int64_t>(
         0,
         absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)))));
-    int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    int n = ::poll(fds, 3, timeout_ms);
     if (n < 0 && errno != EINTR) {
       LogLine(absl::StrCat("poll: ", ErrnoString(errno)));
     }
     Drain(wake_read_);
     Drain(g_sigchld_read);
+    // Which rank directories changed.
+    alignas(inotify_event) char events[16 * 1024];
+    ssize_t got;
+    while ((got = ::read(inotify_, events, sizeof(events))) > 0) {
+      for (char* p = events; p < events + got;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(p);
+        if (event->mask & IN_Q_OVERFLOW) next_sweep = absl::InfinitePast();
+        auto it = watches_.find(event->wd);
+        if (it != watches_.end()) it->second->dirty = true;
+        p += sizeof(inotify_event) + event->len;
+      }
+    }
 
     std::deque<Command> commands;
-    bool quit;
+    std::map<std::tuple<std::string, int, int, int>, int64_t> stored;
+    bool quit, detach, lease_changed;
+    absl::Time lease_until;
     {
       absl::MutexLock lock(&mu_);
       commands.swap(commands_);
+      stored.swap(stored_);
       quit = quit_;
+      detach = detach_;
+      lease_changed = lease_changed_;
+      lease_changed_ = false;
+      lease_until = lease_until_;
     }
-    if (quit) break;
-    if (n > 0) {
-      for (size_t i = 2; i < fds.size(); ++i) {
-        if (fds[i].revents != 0)
-          ReadOutput(*owners[i - 2].first, *owners[i - 2].second);
+    if (lease_changed) {
+      // The shims read it to stop their ranks if no agent renews it.
+      const int64_t deadline = lease_until == absl::InfiniteFuture()
+                                   ? -1
+                                   : absl::ToUnixNanos(lease_until);
+      if (!shim::WriteFileAtomically(state_dir_ + "/lease",
+                                     shim::EncodeLease(deadline))) {
+        LogLine(absl::StrCat("cannot write the lease file ", state_dir_,
+                             "/lease: ", ErrnoString(errno)));
       }
+    }
+    for (const auto& [key, end] : stored) {
+      auto it = processes_.find(
+          RankKey(std::get<0>(key), std::get<1>(key), std::get<2>(key)));
+      if (it == processes_.end()) continue;
+      Output& output = std::get<3>(key) == v1::STDERR ? it->second->err
+                                                      : it->second->out;
+      if (end > output.stored) {
+        output.stored = end;
+        it->second->dirty = true;
+        PersistAcked(*it->second);
+      }
+    }
+    if (quit) {
+      if (detach) {
+        LogLine(absl::StrCat("leaving ", processes_.size(),
+                             " rank(s) running under their shims for the "
+                             "next xl-agent"));
+        for (auto& [key, process] : processes_) {
+          PersistAcked(*process);
+          for (Output* o : {&process->out, &process->err, &process->metrics}) {
+            CloseFd(o->fd);
+            CloseFd(o->chunks_fd);
+          }
+        }
+        processes_.clear();
+        return;
+      }
+      break;
     }
     // Reap before commands so a StartRanks sees old attempts that just died.
     Reap();
+    const absl::Time now = options_.clock->MonotonicNow();
+    const bool sweep = now >= next_sweep;
+    if (sweep) next_sweep = now + absl::Seconds(1);
+    for (auto& [key, process] : processes_) {
+      if (sweep) process->dirty = true;
+      if (!process->dirty) continue;
+      process->dirty = false;
+      Poll(*process);
+    }
     for (Command& command : commands) {
       HandleCommand(command);
       // Hundreds of starts queued at once take a while; each one done is
@@ -421,28 +718,48 @@ void Supervisor::Loop() {
   }
   // Destruction: nothing may outlive the supervisor.
   for (auto& [key, process] : processes_) {
-    if (process->leader_alive || process->group_alive) {
+    if (process->pid > 0 && (process->leader_alive || process->group_alive)) {
       ::kill(-process->pid, SIGKILL);
     }
-    CloseFd(process->out.fd);
-    CloseFd(process->err.fd);
-    CloseFd(process->metrics.fd);
+    // A shim still starting its rank: the rank dies with it (its parent-death
+    // signal). The lock says the pid is still that shim's.
+    if (process->shim_pid > 0 && !ShimGone(process->dir)) {
+      ::kill(process->shim_pid, SIGKILL);
+    }
   }
   for (auto& [key, attempt] : attempts_) {
     if (attempt->cgroup != nullptr) attempt->cgroup->KillAll();
   }
-  // Reap the leaders and whatever they left behind (orphans come to this
-  // process as the subreaper), so no zombie keeps a group alive.
+  // Reap the shims (they exit once their rank's group is gone) and whatever
+  // ranks left behind, so no zombie keeps a group alive.
   const Clock& real = *RealClock::Get();
   const absl::Time deadline = real.MonotonicNow() + absl::Seconds(2);
   for (auto& [key, process] : processes_) {
-    while (GroupAlive(process->pid) && real.MonotonicNow() < deadline) {
+    while (((process->pid > 0 && GroupAlive(process->pid)) ||
+            !ShimGone(process->dir)) &&
+           real.MonotonicNow() < deadline) {
       int st;
       if (::waitpid(-1, &st, WNOHANG) <= 0)
         absl::SleepFor(absl::Milliseconds(1));
     }
+    for (Output* o : {&process->out, &process->err, &process->metrics}) {
+      CloseFd(o->fd);
+      CloseFd(o->chunks_fd);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(process->dir, ec);
   }
   processes_.clear();
+  // Stopped for good: what ranks that ended left here (kept for their
+  // retention) would be reported again by the next agent.
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(state_dir_ + "/ranks", ec)) {
+    if (ShimGone(entry.path().string())) {
+      std::error_code ignored;
+      std::filesystem::remove_all(entry.path(), ignored);
+    }
+  }
   for (int i = 0; i < 200 && !attempts_.empty(); ++i) {
     int st;
     while (::waitpid(-1, &st, WNOHANG) > 0) {
@@ -476,7 +793,10 @@ void Supervisor::HandleCommand(Command& command) {
     case Command::kStopAll: {
       refuse_starts_ = true;
       static const std::string kShutdown = "the agent is shutting down";
-      HandleStop("", 0, command.grace, /*all=*/true, &kShutdown);
+      HandleStop("", 0,
+                 command.own_grace ? std::nullopt
+                                   : std::optional<absl::Duration>(command.grace),
+                 /*all=*/true, &kShutdown);
       DropDeferred("", 0, /*all=*/true, "the agent is shutting down");
       // Published with idle_ in UpdateLiveness(), so StopAll() never sees
       // this count with a stale idle_.
@@ -550,7 +870,7 @@ bool Supervisor::TryStart(const v1::StartRanks& request, bool force) {
                            request.attempt(), " replaces attempt ",
                            std::get<1>(key), ": killing rank ",
                            std::get<2>(key), " (pid ", process->pid, ")"));
-      ::kill(-process->pid, SIGKILL);
+      Signal(*process, SIGKILL);
       process->stopping = true;
       process->sigkill_sent = true;
     }
@@ -569,9 +889,14 @@ bool Supervisor::TryStart(const v1::StartRanks& request, bool force) {
       }
     }
     if (is_known) {
-      sink_->OnRankStatus(known);  // A replay: tell the scheduler again.
+      // A replay: tell the scheduler again (a rank still starting says so
+      // itself once its shim has started it).
+      if (known.pid() != 0 || known.state() != v1::RANK_RUNNING) {
+        sink_->OnRankStatus(known);
+      }
       continue;
     }
+    if (processes_.count(key)) continue;  // Followed already (adopted).
     Launch(request, launch);
   }
   return true;
@@ -587,21 +912,26 @@ void Supervisor::Launch(const v1::StartRanks& request,
   }
   const Attempt& attempt = **prepared;
   const RankUser& user = attempt.user;
-  std::string dir = request.working_dir();
-  if (dir.empty()) {
+  // What may wait on a filesystem (directories, the PATH lookup, exec) is
+  // the shim's to do: a hung mount stops one rank's start, not the agent.
+  shim::Spec spec;
+  spec.job_id = job_id;
+  spec.attempt = request.attempt();
+  spec.rank = launch.rank();
+  spec.lease_file = state_dir_ + "/lease";
+  absl::Duration grace = FromProto(request.grace_period());
+  if (grace <= absl::ZeroDuration()) grace = options_.default_grace;
+  spec.grace_ms = absl::ToInt64Milliseconds(grace);
+  spec.dir = request.working_dir();
+  if (spec.dir.empty()) {
     // jobs/ lets every user through to their own job's directory only.
     const std::string job_dir = absl::StrCat(options_.work_dir, "/jobs/", job_id);
-    dir = absl::StrCat(job_dir, "/", request.attempt());
-    absl::Status made =
-        MakeTraversableDir(options_.work_dir + "/jobs", "jobs directory");
-    if (made.ok()) made = MakePrivateDir(job_dir, user, "job directory");
-    if (made.ok()) made = MakePrivateDir(dir, user, "working directory");
-    if (!made.ok()) {
-      return FailToStart(
-          request, launch.rank(),
-          absl::StrCat(made.message(), "; check the agent's --work-dir"),
-          /*node_fault=*/true);
-    }
+    spec.dir = absl::StrCat(job_dir, "/", request.attempt());
+    const std::string fix = "; check the agent's --work-dir";
+    spec.dirs.push_back({options_.work_dir + "/jobs", 0711, false,
+                         "jobs directory", fix});
+    spec.dirs.push_back({job_dir, 0700, true, "job directory", fix});
+    spec.dirs.push_back({spec.dir, 0700, true, "working directory", fix});
   }
 
   // The job's shared part first; the rank's own entries win.
@@ -611,15 +941,10 @@ void Supervisor::Launch(const v1::StartRanks& request,
   if (env.find("XL_CHECKPOINT_DIR") == env.end()) {
     const std::string all = absl::StrCat(options_.scratch_dir, "/checkpoints");
     std::string checkpoints = absl::StrCat(all, "/", job_id);
-    absl::Status made = MakeTraversableDir(all, "checkpoint directory");
-    if (made.ok()) made = MakePrivateDir(checkpoints, user, "checkpoint directory");
-    if (!made.ok()) {
-      return FailToStart(
-          request, launch.rank(),
-          absl::StrCat(made.message(),
-                       "; fix the scratch path in the node's inventory"),
-          /*node_fault=*/true);
-    }
+    const std::string fix = "; fix the scratch path in the node's inventory";
+    spec.dirs.push_back({all, 0711, false, "checkpoint directory", fix});
+    spec.dirs.push_back(
+        {checkpoints, 0700, true, "checkpoint directory", fix});
     env["XL_CHECKPOINT_DIR"] = checkpoints;
   }
   env["XL_METRICS_FD"] = absl::StrCat(kMetricsFd);
@@ -633,217 +958,105 @@ void Supervisor::Launch(const v1::StartRanks& request,
     const char* value = getenv(name);  // NOLINT(concurrency-mt-unsafe)
     if (value != nullptr && env.find(name) == env.end()) env[name] = value;
   }
-
-  std::string path = request.argv(0);
-  if (path == "xl-train" && !options_.train_binary.empty()) {
-    path = options_.train_binary;
+  spec.program = request.argv(0);
+  if (spec.program == "xl-train" && !options_.train_binary.empty()) {
+    spec.program = options_.train_binary;
   }
-  if (path.find('/') == std::string::npos) {
-    auto it = env.find("PATH");
-    std::string search = it == env.end() ? "/usr/bin:/bin" : it->second;
-    std::string found;
-    for (absl::string_view entry : absl::StrSplit(search, ':')) {
-      std::string candidate =
-          absl::StrCat(entry.empty() ? "." : entry, "/", path);
-      if (IsExecutableFile(candidate)) {
-        found = candidate;
-        break;
-      }
-    }
-    if (found.empty()) {
-      return FailToStart(
-          request, launch.rank(),
-          absl::StrCat("cannot execute ", path, ": not found in PATH=", search,
-                       "; fix command[0] in the job spec (an absolute path, "
-                       "or a program in PATH)"));
-    }
-    path = found;
-  }
-
-  std::vector<std::string> env_strings;
-  env_strings.reserve(env.size());
-  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
-  std::vector<char*> envp;
-  envp.reserve(env_strings.size() + 1);
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_strings(request.argv().begin(),
-                                        request.argv().end());
-  std::vector<char*> argv;
-  argv.reserve(argv_strings.size() + 1);
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  int out[2] = {-1, -1};
-  int err[2] = {-1, -1};
-  int error_pipe[2] = {-1, -1};
-  int metrics[2] = {-1, -1};
-  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  bool piped = devnull >= 0 && pipe2(out, O_CLOEXEC) == 0 &&
-               pipe2(err, O_CLOEXEC) == 0 &&
-               pipe2(error_pipe, O_CLOEXEC) == 0 &&
-               pipe2(metrics, O_CLOEXEC) == 0;
-  if (piped) {
-    for (int* fd : {&error_pipe[1], &metrics[1]}) {
-      int high = fcntl(*fd, F_DUPFD_CLOEXEC, kHighFd);
-      if (high < 0) {
-        piped = false;
-        break;
-      }
-      CloseFd(*fd);
-      *fd = high;
-    }
-  }
-  if (!piped) {
-    std::string message =
-        absl::StrCat("cannot create pipes: ", ErrnoString(errno),
-                     "; the agent may be out of file descriptors (ulimit -n)");
-    for (int* fds : {out, err, error_pipe, metrics}) {
-      CloseFd(fds[0]);
-      CloseFd(fds[1]);
-    }
-    CloseFd(devnull);
-    return FailToStart(request, launch.rank(), message, /*node_fault=*/true);
-  }
-
-  std::vector<int> cgroup_fds;
+  auto path_it = env.find("PATH");
+  spec.search_path = path_it == env.end() ? "/usr/bin:/bin" : path_it->second;
+  for (const auto& [k, v] : env) spec.env.push_back(absl::StrCat(k, "=", v));
+  spec.argv.assign(request.argv().begin(), request.argv().end());
+  spec.change_user = options_.run_as == RunAs::kSubmitter;
+  spec.uid = user.uid;
+  spec.gid = user.gid;
+  spec.groups.assign(user.groups.begin(), user.groups.end());
+  spec.user_name = user.name;
   if (attempt.cgroup != nullptr) {
-    absl::StatusOr<std::vector<int>> fds = attempt.cgroup->OpenProcsFiles();
-    if (!fds.ok()) {
-      for (int* fds : {out, err, error_pipe, metrics}) {
-        CloseFd(fds[0]);
-        CloseFd(fds[1]);
-      }
-      CloseFd(devnull);
-      return FailToStart(request, launch.rank(),
-                         absl::StrCat("cannot put the rank in its cgroup: ",
-                                      fds.status().message()),
-                         /*node_fault=*/true);
-    }
-    cgroup_fds = *std::move(fds);
+    spec.cgroup_procs = attempt.cgroup->ProcsFiles();
+    spec.cgroup_dir = attempt.cgroup->main_dir();
   }
-  ChildIdentity identity;
-  identity.cgroup_fds = cgroup_fds.data();
-  identity.cgroup_fd_count = cgroup_fds.size();
-  identity.change_user = options_.run_as == RunAs::kSubmitter;
-  identity.uid = user.uid;
-  identity.gid = user.gid;
-  identity.groups = user.groups.data();
-  identity.group_count = user.groups.size();
-  std::string checkpoint_dir = request.checkpoint_dir();
-  if (!checkpoint_dir.empty()) identity.checkpoint_dir = checkpoint_dir.data();
+  spec.checkpoint_dir = request.checkpoint_dir();
+  const std::string cgroup_name =
+      absl::StrCat(job_id, "-", request.attempt());
+  spec.record = absl::StrCat(
+      "job ", job_id, "\nattempt ", request.attempt(), "\nrank ",
+      launch.rank(), "\ngrace_ms ", spec.grace_ms, "\nuser ", user.name,
+      "\nuid ", user.uid, "\ngid ", user.gid, "\ntmp_dir ", attempt.tmp_dir,
+      "\nboot ", boot_id_, "\n",
+      attempt.cgroup != nullptr
+          ? absl::StrCat("cgroup ", cgroup_name, "\nmemory_limit ",
+                         attempt.cgroup->memory_limit(), "\n")
+          : "");
 
-  const pid_t parent = getpid();
+  auto node_fault = [&](const std::string& what) {
+    FailToStart(request, launch.rank(),
+                absl::StrCat(what, ": ", ErrnoString(errno),
+                             "; check the agent's --work-dir"),
+                /*node_fault=*/true);
+  };
+  const std::string dir =
+      shim::RankDir(state_dir_, job_id, request.attempt(), launch.rank());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);  // An earlier life's, never adopted.
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    return node_fault(absl::StrCat("cannot create the rank's state directory ",
+                                   dir));
+  }
+  if (!shim::WriteFileAtomically(dir + "/" + shim::kSpec,
+                                 shim::EncodeSpec(spec))) {
+    return node_fault(absl::StrCat("cannot write ", dir, "/", shim::kSpec));
+  }
+  // Held by the shim as long as it lives (rank_shim.h).
+  int lock = ::open((dir + "/" + shim::kLock).c_str(),
+                    O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+    CloseFd(lock);
+    return node_fault(absl::StrCat("cannot lock ", dir, "/", shim::kLock));
+  }
+  const std::string shim_binary = options_.shim_binary;
+  char* const argv[] = {const_cast<char*>("xl-rank-shim"),
+                        const_cast<char*>(dir.c_str()), nullptr};
+  char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), nullptr};
   pid_t pid = fork();
   if (pid == 0) {
-    ExecChild(parent, devnull, out[1], err[1], metrics[1], error_pipe[1],
-              dir.c_str(), path.c_str(), argv.data(), envp.data(), identity);
+    // Async-signal-safe only: the agent is multithreaded.
+    if (lock == 3 ? fcntl(3, F_SETFD, 0) != 0 : dup2(lock, 3) < 0) _exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(shim_binary.c_str(), argv, envp);
+    _exit(127);
   }
-  int fork_errno = errno;
-  for (int& fd : cgroup_fds) CloseFd(fd);
-  CloseFd(out[1]);
-  CloseFd(err[1]);
-  CloseFd(metrics[1]);
-  CloseFd(error_pipe[1]);
-  CloseFd(devnull);
+  const int fork_errno = errno;
+  CloseFd(lock);
   if (pid < 0) {
-    CloseFd(out[0]);
-    CloseFd(err[0]);
-    CloseFd(metrics[0]);
-    CloseFd(error_pipe[0]);
-    return FailToStart(request, launch.rank(),
-                       absl::StrCat("fork: ", ErrnoString(fork_errno),
-                                    "; the node is out of processes or "
-                                    "memory"),
-                       /*node_fault=*/true);
+    errno = fork_errno;
+    return node_fault("cannot start xl-rank-shim (fork)");
   }
-  setpgid(pid, pid);  // Also in the child; whichever runs first wins.
-
-  // Blocks until execve succeeds (the pipe closes) or the child reports.
-  ChildError child_error{0, 0};
-  ssize_t got;
-  do {
-    got = ::read(error_pipe[0], &child_error, sizeof(child_error));
-  } while (got < 0 && errno == EINTR);
-  CloseFd(error_pipe[0]);
-  if (got > 0) {
-    int st;
-    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    CloseFd(out[0]);
-    CloseFd(err[0]);
-    CloseFd(metrics[0]);
-    std::string message;
-    switch (child_error.stage) {
-      case kStageChdir:
-        message = absl::StrCat("cannot change to working directory ", dir, ": ",
-                               ErrnoString(child_error.err),
-                               "; fix working_dir in the job spec");
-        break;
-      case kStageExec:
-        message = absl::StrCat("cannot execute ", path, ": ",
-                               ErrnoString(child_error.err),
-                               "; fix command[0] in the job spec");
-        break;
-      case kStageCgroup:
-        message = absl::StrCat("cannot move the rank into its cgroup ",
-                               attempt.cgroup->main_dir(), ": ",
-                               ErrnoString(child_error.err));
-        break;
-      case kStageCheckpointDir:
-        message = absl::StrCat(
-            "cannot make checkpoint_dir ", request.checkpoint_dir(),
-            " as user ", user.name, ": ", ErrnoString(child_error.err),
-            "; give a checkpoint_dir on a filesystem this node mounts whose "
-            "parent the user may write to (or create it for them)");
-        break;
-      case kStageCheckpointOwner:
-        message = absl::StrCat(
-            "checkpoint_dir ", request.checkpoint_dir(), " is not a directory "
-            "of user ", user.name, "'s that only they may write to (another "
-            "user made it, or its mode lets others write); give the job "
-            "another checkpoint_dir, or have its owner fix it");
-        break;
-      case kStageUser:
-        message = absl::StrCat("cannot switch to user ", user.name, " (uid ",
-                               user.uid, ", gid ", user.gid, "): ",
-                               ErrnoString(child_error.err),
-                               "; run xl-agent as root, or with --run-as "
-                               "agent");
-        break;
-      default:
-        message = absl::StrCat("cannot set up the rank process: ",
-                               ErrnoString(child_error.err));
-    }
-    return FailToStart(request, launch.rank(), message);
-  }
-
   auto process = std::make_unique<Process>();
   process->key = RankKey(job_id, request.attempt(), launch.rank());
-  process->pid = pid;
-  process->grace = FromProto(request.grace_period());
-  if (process->grace <= absl::ZeroDuration()) {
-    process->grace = options_.default_grace;
-  }
+  process->dir = dir;
+  process->shim_pid = pid;
+  process->grace = grace;
   process->out.stream = v1::STDOUT;
-  process->out.fd = out[0];
+  process->out.name = shim::kStdout;
   process->err.stream = v1::STDERR;
-  process->err.fd = err[0];
-  process->metrics.stream = v1::LOG_STREAM_UNSPECIFIED;
-  process->metrics.fd = metrics[0];
-  for (int fd : {out[0], err[0], metrics[0]}) {
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  }
-  leaders_[pid] = process.get();
+  process->err.name = shim::kStderr;
+  process->metrics.name = shim::kMetrics;
+  shims_[pid] = process.get();
+  Process& raw = *process;
   processes_[process->key] = std::move(process);
+  WatchRank(raw);
 
+  // Starting until the shim says it runs: the scheduler keeps holding its
+  // resources meanwhile.
   v1::RankStatus status;
   status.set_job_id(job_id);
   status.set_attempt(request.attempt());
   status.set_rank(launch.rank());
   status.set_state(v1::RANK_RUNNING);
-  status.set_pid(pid);
-  SetStatus(status);
+  status.set_message("starting");
+  SetStatus(status, /*notify=*/false);
 }
 
 absl::StatusOr<Supervisor::Attempt*> Supervisor::PrepareAttempt(
@@ -957,32 +1170,167 @@ void Supervisor::HandleStop(const std::string& job_id, int attempt,
     if (process->sigkill_sent) continue;
     const absl::Duration grace = grace_or_own.value_or(process->grace);
     if (grace <= absl::ZeroDuration()) {
-      ::kill(-process->pid, SIGKILL);
+      Signal(*process, SIGKILL);
       process->sigkill_sent = true;
       process->stopping = true;
       continue;
     }
     if (!process->stopping) {
-      ::kill(-process->pid, SIGTERM);
+      Signal(*process, SIGTERM);
       process->stopping = true;
     }
     process->kill_deadline = std::min(process->kill_deadline, now + grace);
   }
 }
 
-void Supervisor::ReadOutput(Process& process, Output& output) {
+void Supervisor::Signal(Process& process, int sig) {
+  if (process.pid > 0) {
+    if (process.leader_alive || process.group_alive) ::kill(-process.pid, sig);
+    return;
+  }
+  // Not running yet: sent once the shim says it runs.
+  if (process.pending_signal != SIGKILL) process.pending_signal = sig;
+}
+
+void Supervisor::PersistAcked(Process& process) {
+  const std::string text = absl::StrCat(
+      shim::kStdout, " ", process.out.stored, "\n", shim::kStderr, " ",
+      process.err.stored, "\n", shim::kMetrics, " ",
+      process.metrics.read_offset -
+          static_cast<int64_t>(process.metrics.pending.size()),
+      "\n");
+  if (!shim::WriteFileAtomically(process.dir + "/" + shim::kAcked, text)) {
+    LogLine(absl::StrCat("cannot write ", process.dir, "/", shim::kAcked,
+                         ": ", ErrnoString(errno),
+                         " (a restarted agent sends that output again)"));
+  }
+  process.metrics_persisted = options_.clock->MonotonicNow();
+}
+
+void Supervisor::Poll(Process& process) {
+  if (process.finished) return;
+  auto child = shims_.find(process.shim_pid);
+  if (!process.shim_gone &&
+      (child == shims_.end() || child->second != &process)) {
+    // Children are reaped (Reap()); adopted shims are checked by their lock
+    // before their status is read, which is then their last word.
+    const absl::Time now = options_.clock->MonotonicNow();
+    if (now >= process.next_lock_check) {
+      process.next_lock_check = now + absl::Seconds(1);
+      process.shim_gone = ShimGone(process.dir);
+    }
+  }
+  std::string data;
+  shim::Status st;
+  const bool have =
+      shim::ReadWholeFile(process.dir + "/" + shim::kStatus, &data) &&
+      shim::DecodeStatus(data, &st);
+  const auto& [job_id, attempt, rank] = process.key;
+  if (!process.started) {
+    v1::StartRanks request;
+    request.set_job_id(job_id);
+    request.set_attempt(attempt);
+    if (have && st.phase == shim::Status::kFailed) {
+      process.finished = true;
+      process.leader_alive = process.group_alive = false;
+      return FailToStart(request, rank, st.message, st.node_fault);
+    }
+    if (!have || st.phase == shim::Status::kStarting) {
+      if (!process.shim_gone) return;
+      process.finished = true;
+      process.leader_alive = process.group_alive = false;
+      return FailToStart(request, rank,
+                         "xl-rank-shim ended before it started the rank; see "
+                         "the agent's log (stderr)",
+                         /*node_fault=*/true);
+    }
+    process.started = true;
+    process.pid = st.pid;
+    v1::RankStatus status;
+    status.set_job_id(job_id);
+    status.set_attempt(attempt);
+    status.set_rank(rank);
+    status.set_state(v1::RANK_RUNNING);
+    status.set_pid(process.pid);
+    SetStatus(status);
+    if (process.pending_signal != 0) {
+      ::kill(-process.pid, process.pending_signal);
+      process.pending_signal = 0;
+    }
+  }
+  for (Output* output : {&process.out, &process.err, &process.metrics}) {
+    ReadOutput(process, *output);
+  }
+  // The group is gone when the shim says so (it pumped the last output
+  // first), or, without a shim, when the kernel does.
+  auto group_gone = [&] {
+    return (have && st.phase == shim::Status::kDone) ||
+           (process.shim_gone && !GroupAlive(process.pid));
+  };
+  auto close_outputs = [&] {
+    // No writer is left: the spools are whole.
+    for (Output* output : {&process.out, &process.err, &process.metrics}) {
+      ReadOutput(process, *output, /*all=*/true);
+      CloseOutput(process, *output);
+    }
+  };
+  if (process.leader_alive) {
+    if (have && (st.phase == shim::Status::kExited ||
+                 st.phase == shim::Status::kDone)) {
+      OnLeaderExit(process, st.wait_status, st.lease_stop, "", !group_gone());
+    } else if (process.shim_gone) {
+      // Its parent-death signal killed the rank with it.
+      OnLeaderExit(process, SIGKILL, false,
+                   "its xl-rank-shim died (killed?) and took the rank with "
+                   "it",
+                   !group_gone());
+    }
+    if (!process.leader_alive && !process.group_alive) close_outputs();
+  } else if (process.group_alive && group_gone()) {
+    process.group_alive = false;
+    close_outputs();
+    OnGroupGone(process);
+  }
+  if (process.metrics.read_offset > 0 &&
+      options_.clock->MonotonicNow() - process.metrics_persisted >=
+          absl::Seconds(1)) {
+    PersistAcked(process);
+  }
+}
+
+void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
+  if (output.closed) return;
+  if (output.fd < 0) {
+    output.fd = ::open((process.dir + "/" + output.name).c_str(),
+                       O_RDONLY | O_CLOEXEC);
+    if (output.fd < 0) return;  // Not made yet.
+  }
   char buf[64 * 1024];
-  // Bounded so one chatty rank cannot starve the others.
-  for (int i = 0; i < 16 && output.fd >= 0; ++i) {
-    ssize_t n = ::read(output.fd, buf, sizeof(buf));
-    if (n > 0) {
-      AppendOutput(process, output, buf, static_cast<size_t>(n));
+  // Bounded so one chatty rank cannot starve the others, unless all of it
+  // must be read (before an exit status).
+  for (int i = 0; all || i < 16; ++i) {
+    size_t want = sizeof(buf);
+    const bool replaying = !output.replay.empty();
+    if (replaying) {
+      // The chunks an earlier agent cut are cut the same way again.
+      want = static_cast<size_t>(std::min<int64_t>(
+          want, output.replay.front() - output.read_offset));
+    }
+    ssize_t n = ::pread(output.fd, buf, want, output.read_offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    output.read_offset += n;
+    if (replaying) {
+      output.pending.append(buf, static_cast<size_t>(n));
+      if (output.read_offset == output.replay.front()) {
+        output.replay.pop_front();
+        EmitChunk(process, output, std::move(output.pending),
+                  /*remember=*/false);
+        output.pending.clear();
+      }
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    CloseOutput(process, output);  // EOF or a read error.
-    return;
+    AppendOutput(process, output, buf, static_cast<size_t>(n));
   }
 }
 
@@ -1023,10 +1371,28 @@ void Supervisor::AppendOutput(Process& process, Output& output,
   }
 }
 
-void Supervisor::EmitChunk(const Process& process, Output& output,
-                           std::string data) {
+void Supervisor::EmitChunk(Process& process, Output& output,
+                           std::string data, bool remember) {
   v1::LogChunk chunk;
   output.offset += static_cast<int64_t>(data.size());
+  if (remember) {
+    // Before it is sent: a successor sends it again as this same chunk.
+    if (output.chunks_fd == -1) {
+      output.chunks_fd = ::open(
+          absl::StrCat(process.dir, "/chunks.", output.name).c_str(),
+          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    }
+    if (output.chunks_fd >= 0) {
+      const off_t at = ::lseek(output.chunks_fd, 0, SEEK_END);
+      if (::write(output.chunks_fd, &output.offset, sizeof(output.offset)) !=
+          sizeof(output.offset)) {
+        // Full disk: no torn entry stays; a successor re-cuts what follows.
+        if (at >= 0) (void)::ftruncate(output.chunks_fd, at);
+        CloseFd(output.chunks_fd);
+        output.chunks_fd = -2;  // Not again.
+      }
+    }
+  }
   chunk.set_end_offset(output.offset);
   chunk.set_job_id(std::get<0>(process.key));
   chunk.set_attempt(std::get<1>(process.key));
@@ -1070,6 +1436,8 @@ void Supervisor::FlushPartial(Process& process, Output& output) {
 void Supervisor::CloseOutput(Process& process, Output& output) {
   FlushPartial(process, output);
   CloseFd(output.fd);
+  CloseFd(output.chunks_fd);
+  output.closed = true;
 }
 
 void Supervisor::Reap() {
@@ -1078,19 +1446,27 @@ void Supervisor::Reap() {
     pid_t pid = ::waitpid(-1, &st, WNOHANG);
     if (pid < 0 && errno == EINTR) continue;
     if (pid <= 0) return;
-    auto it = leaders_.find(pid);
-    if (it == leaders_.end()) continue;  // Left behind by a rank; reaped.
+    auto it = shims_.find(pid);
+    if (it == shims_.end()) continue;  // Not a shim of ours; reaped.
     Process* process = it->second;
-    leaders_.erase(it);
-    OnLeaderExit(*process, st);
+    shims_.erase(it);
+    process->shim_gone = true;
+    process->dirty = true;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      LogLine(absl::StrCat("xl-rank-shim of job ", std::get<0>(process->key),
+                           " rank ", std::get<2>(process->key), " (pid ", pid,
+                           ") ended with status ", st));
+    }
   }
 }
 
-void Supervisor::OnLeaderExit(Process& process, int wait_status) {
+void Supervisor::OnLeaderExit(Process& process, int wait_status,
+                              bool lease_stop, const std::string& how,
+                              bool group_alive) {
   process.leader_alive = false;
   // Output and metrics written before the exit go before the exit status.
   for (Output* output : {&process.out, &process.err, &process.metrics}) {
-    if (output->fd >= 0) ReadOutput(process, *output);
+    ReadOutput(process, *output, /*all=*/true);
     FlushPartial(process, *output);
   }
   v1::RankStatus status;
@@ -1102,7 +1478,12 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
   // What the output above reached: the scheduler waits for it to be stored.
   status.set_stdout_bytes(process.out.offset);
   status.set_stderr_bytes(process.err.offset);
-  if (WIFSIGNALED(wait_status)) {
+  if (!how.empty()) {
+    status.set_signal(SIGKILL);
+    status.set_exit_code(128 + SIGKILL);
+    status.set_node_fault(true);
+    status.set_message(how);
+  } else if (WIFSIGNALED(wait_status)) {
     int sig = WTERMSIG(wait_status);
     status.set_signal(sig);
     // As a shell reports it, so that "exit_code == 0" never means success
@@ -1114,6 +1495,10 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
     status.set_exit_code(WEXITSTATUS(wait_status));
     status.set_message(
         absl::StrCat("exited with code ", WEXITSTATUS(wait_status)));
+  }
+  if (lease_stop && process.stopped_by_agent.empty()) {
+    process.stopped_by_agent =
+        "its lease ran out while no xl-agent ran on the node";
   }
   if (!process.stopped_by_agent.empty()) {
     status.set_stopped_by_agent(true);
@@ -1142,7 +1527,7 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status) {
   }
   // The job's outcome need not wait for the rest of the group; the
   // resources do (OnGroupGone says when).
-  process.group_alive = GroupAlive(process.pid);
+  process.group_alive = group_alive;
   status.set_processes_remaining(process.group_alive);
   process.exit_status = status;
   SetStatus(status);
@@ -1166,40 +1551,32 @@ void Supervisor::RunTimers() {
   for (auto& [key, process] : processes_) {
     if (process->stopping && !process->sigkill_sent &&
         now >= process->kill_deadline) {
-      if (process->leader_alive || process->group_alive) {
-        ::kill(-process->pid, SIGKILL);
-      }
+      Signal(*process, SIGKILL);
       process->sigkill_sent = true;
     }
     for (Output* output : {&process->out, &process->err, &process->metrics}) {
-      if (output->fd >= 0 &&
+      if (!output->closed &&
           now >= output->pending_since + options_.partial_line_delay) {
         FlushPartial(*process, *output);
       }
     }
-    bool group_gone_now = false;
-    if (!process->leader_alive && process->group_alive) {
-      process->group_alive = GroupAlive(process->pid);
-      group_gone_now = !process->group_alive;
+    // A shim gone with the group still there: polled by the kernel's word.
+    if (!process->leader_alive && process->group_alive && process->shim_gone) {
+      Poll(*process);
     }
-    if (!process->leader_alive && !process->group_alive) {
-      // No writer is left in the group; a process that escaped it with
-      // setsid() does not keep the rank's pipes open here.
-      for (Output* output : {&process->out, &process->err, &process->metrics}) {
-        if (output->fd >= 0) {
-          ReadOutput(*process, *output);
-          CloseOutput(*process, *output);
-        }
-      }
-    }
-    // After the leftovers' last output, as the first status came after the
-    // leader's.
-    if (group_gone_now) OnGroupGone(*process);
   }
   for (auto it = processes_.begin(); it != processes_.end();) {
     const Process& p = *it->second;
-    if (!p.leader_alive && !p.group_alive && p.out.fd < 0 && p.err.fd < 0 &&
-        p.metrics.fd < 0) {
+    const bool done = p.finished || (!p.leader_alive && !p.group_alive &&
+                                     p.out.closed && p.err.closed &&
+                                     p.metrics.closed);
+    // A shim is reaped before its process is forgotten.
+    if (done && !shims_.count(p.shim_pid)) {
+      if (p.watch >= 0) {
+        inotify_rm_watch(inotify_, p.watch);
+        watches_.erase(p.watch);
+      }
+      PersistAcked(*it->second);
       it = processes_.erase(it);
     } else {
       ++it;
@@ -1223,13 +1600,25 @@ void Supervisor::RunTimers() {
       ++it;
     }
   }
-  absl::MutexLock lock(&mu_);
-  for (auto it = statuses_.begin(); it != statuses_.end();) {
-    if (it->second.end_time + options_.exited_retention <= now) {
-      it = statuses_.erase(it);
-    } else {
-      ++it;
+  std::vector<RankKey> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = statuses_.begin(); it != statuses_.end();) {
+      if (it->second.end_time + options_.exited_retention <= now) {
+        expired.push_back(it->first);
+        it = statuses_.erase(it);
+      } else {
+        ++it;
+      }
     }
+  }
+  // Its state directory goes with its status (a restarted agent reports
+  // what it finds there).
+  for (const auto& [job_id, attempt, rank] : expired) {
+    if (processes_.count(RankKey(job_id, attempt, rank))) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(shim::RankDir(state_dir_, job_id, attempt, rank),
+                                ec);
   }
 }
 
@@ -1237,17 +1626,20 @@ absl::Duration Supervisor::NextTimeout() {
   const absl::Time now = options_.clock->MonotonicNow();
   absl::Time next = now + absl::Seconds(1);
   for (const auto& [key, process] : processes_) {
+    // Not looked at since it changed (or since it was made: its shim may
+    // have written before the watch was in place).
+    if (process->dirty) return absl::ZeroDuration();
     if (process->stopping && !process->sigkill_sent) {
       next = std::min(next, process->kill_deadline);
     }
     for (const Output* output : {&process->out, &process->err, &process->metrics}) {
-      if (output->fd >= 0 && !output->pending.empty()) {
+      if (!output->closed && !output->pending.empty()) {
         next =
             std::min(next, output->pending_since + options_.partial_line_delay);
       }
     }
-    // Without SIGCHLD for processes init reaps, poll the group.
-    if (!process->leader_alive && process->group_alive) {
+    // Without a shim to say when the group is gone, poll it.
+    if (!process->leader_alive && process->group_alive && process->shim_gone) {
       next = std::min(next, now + absl::Milliseconds(20));
     }
   }
@@ -1262,7 +1654,12 @@ absl::Duration Supervisor::NextTimeout() {
 void Supervisor::UpdateLiveness() {
   bool idle = !AnyAlive() && deferred_.empty() && attempts_.empty();
   const absl::Time now = options_.clock->MonotonicNow();
+  absl::Duration longest = options_.default_grace;
+  for (const auto& [key, process] : processes_) {
+    longest = std::max(longest, process->grace);
+  }
   absl::MutexLock lock(&mu_);
+  longest_grace_ = longest;
   idle_ = idle;
   stop_all_done_ = stop_all_handled_;
   ++passes_;

@@ -1,18 +1,24 @@
 // The process supervisor: runs the ranks of jobs as child processes, one
 // process group per rank, and reports their status and output as events.
 //
-// Threading: one long-lived supervisor thread (started by Start()) does every
-// fork/exec, reads the ranks' stdout/stderr pipes in a poll() loop, reaps
-// children and fires the SIGTERM->SIGKILL timers. Forking only there matters:
-// PR_SET_PDEATHSIG(SIGKILL) in a child is tied to the *thread* that forked
-// it, so the ranks die with the supervisor thread and never with a short-lived
-// gRPC thread. StartRanks/StopJob/StopAllRanks/StopAll/Snapshot are safe from
-// any thread; they queue a command and wake the loop. The sink is called on the
+// Each rank runs under an xl-rank-shim process of its own (agent/rank_shim.h)
+// that owns its pipes and spools its output into the rank's state directory,
+// so that ranks outlive the agent: Start() adopts the shims an earlier agent
+// left (their ranks keep running, their output is shipped from where the
+// scheduler acknowledged it) and Detach() leaves them to the next agent.
+//
+// Threading: one long-lived supervisor thread (started by Start()) forks the
+// shims, follows their state directories (inotify), reads the spools in a
+// poll() loop, reaps and fires the SIGTERM->SIGKILL timers (the agent signals
+// a rank's process group itself). Nothing on that thread waits on the rank's
+// filesystems: directories, PATH lookup and exec are the shim's.
+// StartRanks/StopJob/StopAllRanks/StopAll/Snapshot are safe from any thread;
+// they queue a command and wake the loop. The sink is called on the
 // supervisor thread only, never with an internal lock held.
 //
 // Only one Supervisor may run in a process at a time: it reaps every child of
 // the process (waitpid(-1)) and, by default, makes the process a child
-// subreaper so that processes a rank left behind are reaped here too.
+// subreaper.
 #ifndef XL_AGENT_SUPERVISOR_H_
 #define XL_AGENT_SUPERVISOR_H_
 
@@ -81,12 +87,24 @@ class RankController {
   // How long the loop that reaps and stops ranks has not come round
   // (Heartbeat.supervisor_stalled_ms); zero where there is no such loop.
   virtual absl::Duration Stalled() const { return absl::ZeroDuration(); }
+  // The scheduler stored a rank's output up to `end_offset` (a LogAck):
+  // after a restart the agent ships it from there.
+  virtual void LogStored(const v1::LogChunk& chunk) { (void)chunk; }
+  // The agent's lease now runs until `until` on the monotonic clock
+  // (InfiniteFuture: no lease). Ranks whose agent is gone stop themselves
+  // when it runs out.
+  virtual void SetLease(absl::Time until) { (void)until; }
 };
 
 struct SupervisorOptions {
   // The agent's --work-dir: default working directories are
   // <work_dir>/jobs/<job_id>/<attempt>.
   std::string work_dir;
+  // Where the ranks' state directories, spools and the lease file live
+  // (root's only); empty: <work_dir>/state.
+  std::string state_dir;
+  // The xl-rank-shim binary (next to xl-agent). Required.
+  std::string shim_binary;
   // XL_CHECKPOINT_DIR of a rank is <scratch_dir>/checkpoints/<job_id>.
   std::string scratch_dir;
   // Now() for the timestamps of output and metrics; MonotonicNow() for the
@@ -120,16 +138,25 @@ class Supervisor : public RankController {
  public:
   // `sink` must outlive the Supervisor.
   Supervisor(SupervisorOptions options, RankEventSink* sink);
-  // SIGKILLs the process group of every rank still alive, then joins the
-  // supervisor thread.
+  // SIGKILLs the process group of every rank still alive (unless Detach()ed),
+  // then joins the supervisor thread.
   ~Supervisor() override;
 
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Starts the supervisor thread. FAILED_PRECONDITION when another Supervisor
-  // runs in this process; INTERNAL when a pipe cannot be made.
+  // Adopts the ranks whose shims an earlier agent left in the state
+  // directory (their statuses are in Snapshot() when it returns) and starts
+  // the supervisor thread. FAILED_PRECONDITION when another Supervisor runs
+  // in this process or the shim binary or state directory is unusable;
+  // INTERNAL when a pipe cannot be made.
   absl::Status Start();
+
+  // Leaves every rank running under its shim for the next agent to adopt
+  // (an agent restart or upgrade) and stops the supervisor thread; the
+  // destructor then kills nothing. Ranks stop themselves when the lease
+  // runs out without an agent to renew it.
+  void Detach();
 
   // Starts every rank of `request` (asynchronously; the outcome comes as
   // events). Running ranks of older attempts of the job are SIGKILLed first,
@@ -158,11 +185,14 @@ class Supervisor : public RankController {
   // that has no status yet.
   absl::Duration Stalled() const override;
   std::vector<v1::RankStatus> Snapshot() const override;
+  void LogStored(const v1::LogChunk& chunk) override;
+  void SetLease(absl::Time until) override;
 
-  // Stops every rank as StopJob does, refuses later StartRanks, and blocks
-  // until no process of any rank remains (agent shutdown). DEADLINE_EXCEEDED
-  // when some are still there at grace + 5 s (processes stuck in the kernel).
-  absl::Status StopAll(absl::Duration grace);
+  // Stops every rank as StopJob does (`grace` unset: each with its own job's
+  // grace), refuses later StartRanks, and blocks until no process of any
+  // rank remains (agent shutdown). DEADLINE_EXCEEDED when some are still
+  // there 5 s after the longest grace (processes stuck in the kernel).
+  absl::Status StopAll(std::optional<absl::Duration> grace = std::nullopt);
 
  private:
   using RankKey = std::tuple<std::string, int, int>;  // job, attempt, rank
@@ -183,6 +213,14 @@ class Supervisor : public RankController {
     absl::Time end_time = absl::InfiniteFuture();
   };
 
+  // Adopts what an earlier agent left in the state directory.
+  void Adopt();
+  // Follows a rank's shim: its status file, its spools, its death.
+  void Poll(Process& process);
+  // Sends `sig` to the rank's process group (once it has one).
+  void Signal(Process& process, int sig);
+  void WatchRank(Process& process);
+  void PersistAcked(Process& process);
   void Enqueue(Command command);
   void Wake();
   void Loop();
@@ -208,21 +246,26 @@ class Supervisor : public RankController {
   // when `all`) with `message`.
   void DropDeferred(const std::string& job_id, int attempt, bool all,
                     const std::string& message);
-  void ReadOutput(Process& process, Output& output);
+  // `all`: to the end of the spool (before an exit status).
+  void ReadOutput(Process& process, Output& output, bool all = false);
   void AppendOutput(Process& process, Output& output, const char* data,
                     size_t size);
-  void EmitChunk(const Process& process, Output& output,
-                 std::string data);
+  void EmitChunk(Process& process, Output& output, std::string data,
+                 bool remember = true);
   void EmitMetrics(const Process& process, const std::string& line);
   void FlushPartial(Process& process, Output& output);
   void CloseOutput(Process& process, Output& output);
   void Reap();
-  void OnLeaderExit(Process& process, int wait_status);
+  // `how`: said instead of the wait status (the shim died). `group_alive`:
+  // processes of its group remain.
+  void OnLeaderExit(Process& process, int wait_status, bool lease_stop,
+                    const std::string& how, bool group_alive);
   // The last process of an exited rank's group is gone.
   void OnGroupGone(Process& process);
   void RunTimers();
   absl::Duration NextTimeout();
-  void SetStatus(const v1::RankStatus& status);
+  // `notify`: tell the sink (false: Snapshot() only, "starting").
+  void SetStatus(const v1::RankStatus& status, bool notify = true);
   // The supervisor is done with `request`: each of its ranks has a status
   // (launched, failed, or known before). Ends their "starting" placeholders.
   void Settle(const v1::StartRanks& request);
@@ -247,6 +290,15 @@ class Supervisor : public RankController {
   // Loop passes; each ends StopAll()'s wait, which then reads the monotonic
   // clock again (see monotonic_wait.h).
   uint64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
+  // LogStored() since the loop last looked: (job, attempt, rank, stream) ->
+  // end offset.
+  std::map<std::tuple<std::string, int, int, int>, int64_t> stored_
+      ABSL_GUARDED_BY(mu_);
+  absl::Time lease_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool lease_changed_ ABSL_GUARDED_BY(mu_) = false;
+  bool detach_ ABSL_GUARDED_BY(mu_) = false;
+  // The longest grace of the ranks here (StopAll's wait).
+  absl::Duration longest_grace_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
   // When (monotonic) the loop last came round; InfinitePast before Start.
   absl::Time last_pass_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
@@ -263,9 +315,18 @@ class Supervisor : public RankController {
   bool started_ = false;
   std::thread thread_;
 
+  std::string state_dir_;
+  std::string boot_id_;
+  // inotify on the ranks' state directories.
+  int inotify_ = -1;
+  // flock'd while this supervisor runs (<state>/agent.lock).
+  int agent_lock_ = -1;
+
   // Owned by the supervisor thread.
   std::map<RankKey, std::unique_ptr<Process>> processes_;
-  std::map<pid_t, Process*> leaders_;
+  // The shims this process forked (its children), by pid.
+  std::map<pid_t, Process*> shims_;
+  std::map<int, Process*> watches_;
   struct Deferred {
     v1::StartRanks request;
     absl::Time give_up;

@@ -117,10 +117,12 @@ absl::Status DevCluster::StartAgents(
     std::string work = absl::StrCat(dir_, "/", name);
     mkdir(work.c_str(), 0755);
     // One person's cluster on one machine, often started as root: every
-    // job runs as that person, root included.
+    // job runs as that person, root included. Its directory goes with it,
+    // so its agents stop their ranks when it stops (--drain).
     std::vector<std::string> args = {agent_binary, "--scheduler", scheduler,
                                      "--work-dir", work, "--name", name,
-                                     "--run-as", "agent", "--allow-root-jobs"};
+                                     "--run-as", "agent", "--allow-root-jobs",
+                                     "--drain"};
     if (tls_) {
       for (const std::string& a :
            {std::string("--tls-ca"), ca_cert(), std::string("--tls-cert"),

@@ -337,20 +337,8 @@ absl::StatusOr<std::unique_ptr<JobCgroup>> JobCgroup::Create(
   if (h.version == CgroupVersion::kNone) {
     return absl::FailedPreconditionError("no cgroup hierarchy to use");
   }
-  std::vector<std::string> dirs;
-  std::string freezer;
-  if (h.version == CgroupVersion::kV2) {
-    dirs.push_back(absl::StrCat(h.v2_dir, "/", name));
-  } else {
-    dirs.push_back(absl::StrCat(h.v1_dirs.at("memory"), "/", name));
-    for (const auto& [controller, dir] : h.v1_dirs) {
-      if (controller == "memory") continue;
-      dirs.push_back(absl::StrCat(dir, "/", name));
-      if (controller == "freezer") freezer = dirs.back();
-    }
-  }
-  std::unique_ptr<JobCgroup> cg(new JobCgroup(h.version, dirs));
-  cg->freezer_dir_ = freezer;
+  std::unique_ptr<JobCgroup> cg = Adopt(h, name, 0);
+  const std::vector<std::string> dirs = cg->dirs_;
   // Left by an agent that died before cleaning up: nothing of it may
   // survive into this attempt.
   if (Exists(dirs.front())) {
@@ -419,6 +407,33 @@ absl::StatusOr<std::unique_ptr<JobCgroup>> JobCgroup::Create(
     if (!s.ok()) return fail(s);
   }
   return cg;
+}
+
+std::unique_ptr<JobCgroup> JobCgroup::Adopt(const CgroupHierarchy& h,
+                                            const std::string& name,
+                                            uint64_t memory_limit) {
+  std::vector<std::string> dirs;
+  std::string freezer;
+  if (h.version == CgroupVersion::kV2) {
+    dirs.push_back(absl::StrCat(h.v2_dir, "/", name));
+  } else {
+    dirs.push_back(absl::StrCat(h.v1_dirs.at("memory"), "/", name));
+    for (const auto& [controller, dir] : h.v1_dirs) {
+      if (controller == "memory") continue;
+      dirs.push_back(absl::StrCat(dir, "/", name));
+      if (controller == "freezer") freezer = dirs.back();
+    }
+  }
+  std::unique_ptr<JobCgroup> cg(new JobCgroup(h.version, dirs));
+  cg->freezer_dir_ = freezer;
+  cg->memory_limit_ = memory_limit;
+  return cg;
+}
+
+std::vector<std::string> JobCgroup::ProcsFiles() const {
+  std::vector<std::string> files;
+  for (const std::string& dir : dirs_) files.push_back(dir + "/cgroup.procs");
+  return files;
 }
 
 absl::StatusOr<std::vector<int>> JobCgroup::OpenProcsFiles() const {

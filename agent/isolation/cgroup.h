@@ -83,12 +83,20 @@ class JobCgroup {
       const CgroupHierarchy& hierarchy, const std::string& name,
       const v1::ResourceLimits& limits);
 
+  // The cgroup `name` an earlier agent made (its ranks still run in it):
+  // nothing is created, killed or written.
+  static std::unique_ptr<JobCgroup> Adopt(const CgroupHierarchy& hierarchy,
+                                          const std::string& name,
+                                          uint64_t memory_limit);
+
   JobCgroup(const JobCgroup&) = delete;
   JobCgroup& operator=(const JobCgroup&) = delete;
 
   // Opens the cgroup.procs file of every controller (O_WRONLY, O_CLOEXEC);
   // the caller closes them.
   absl::StatusOr<std::vector<int>> OpenProcsFiles() const;
+  // Their paths, for a process that opens them itself (xl-rank-shim).
+  std::vector<std::string> ProcsFiles() const;
 
   // The most memory the cgroup used so far (memory.peak or
   // memory.max_usage_in_bytes); 0 when not known.

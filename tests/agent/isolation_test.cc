@@ -164,6 +164,7 @@ class IsolationTest : public ::testing::Test {
   void StartSupervisor(RunAs run_as = RunAs::kSubmitter,
                        bool allow_root_jobs = false) {
     SupervisorOptions options;
+    options.shim_binary = XL_RANK_SHIM;
     options.work_dir = dir_ + "/work";
     options.scratch_dir = dir_ + "/scratch";
     options.run_as = run_as;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <memory>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,7 @@ namespace {
 // test's own user (root in CI) and no cgroups.
 SupervisorOptions AgentUserOptions() {
   SupervisorOptions options;
+  options.shim_binary = XL_RANK_SHIM;
   options.run_as = RunAs::kAgent;
   options.allow_root_jobs = true;
   return options;
@@ -660,12 +662,21 @@ TEST(SessionTest, ShutdownSendsWhatIsQueued) {
   }));
 }
 
+// A directory of the test's own: what an earlier run left there (a rank
+// state directory) would be adopted.
+std::string FreshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return dir;
+}
+
 // The agent's pieces together: the scheduler's StartRanks runs a real rank
 // through the Supervisor; its status and output come back up the stream.
 TEST(SessionTest, RunsARankEndToEnd) {
   FakeScheduler scheduler;
   Server server(&scheduler);
-  std::string dir = ::testing::TempDir() + "/xl-session-e2e";
+  std::string dir = FreshDir("xl-session-e2e");
   Session session(Options(server.port()));
   SupervisorOptions supervisor_options = AgentUserOptions();
   supervisor_options.work_dir = dir;
@@ -678,7 +689,7 @@ TEST(SessionTest, RunsARankEndToEnd) {
   v1::StartRanks* s = start.mutable_start_ranks();
   s->set_job_id("e2e");
   s->set_attempt(1);
-  for (const char* a : {"/bin/sh", "-c", "echo hi from $RANK; exit 4"}) {
+  for (const char* a : {"/bin/sh", "-c", "sleep 0.2; echo hi from $RANK; exit 4"}) {
     s->add_argv(a);
   }
   v1::RankLaunch* launch = s->add_ranks();
@@ -806,7 +817,7 @@ TEST(SessionLeaseTest, UnacknowledgedHeartbeatsStopTheRanksAtTheLease) {
   scheduler.set_lease(kLease);
   scheduler.set_ack_heartbeats(false);
   Server server(&scheduler);
-  Agent agent(server.port(), ::testing::TempDir() + "/xl-session-lease");
+  Agent agent(server.port(), FreshDir("xl-session-lease"));
   ASSERT_TRUE(WaitRegistrations(agent.session, 1));
   const absl::Time registered = absl::Now();
   ASSERT_TRUE(scheduler.Send(StartSleep("leased")));
@@ -845,7 +856,7 @@ TEST(SessionLeaseTest, AcknowledgedHeartbeatsKeepRanksRunningPastTheLease) {
   FakeScheduler scheduler;
   scheduler.set_lease(kLease);
   Server server(&scheduler);
-  Agent agent(server.port(), ::testing::TempDir() + "/xl-session-renewed");
+  Agent agent(server.port(), FreshDir("xl-session-renewed"));
   ASSERT_TRUE(WaitRegistrations(agent.session, 1));
   ASSERT_TRUE(scheduler.Send(StartSleep("renewed")));
   int pid = 0;
@@ -865,7 +876,7 @@ TEST(SessionLeaseTest, NoLeaseNeverExpires) {
   FakeScheduler scheduler;
   scheduler.set_ack_heartbeats(false);
   Server server(&scheduler);
-  Agent agent(server.port(), ::testing::TempDir() + "/xl-session-nolease");
+  Agent agent(server.port(), FreshDir("xl-session-nolease"));
   ASSERT_TRUE(WaitRegistrations(agent.session, 1));
   ASSERT_TRUE(scheduler.Send(StartSleep("unleased")));
   int pid = 0;
@@ -888,7 +899,7 @@ TEST(SessionLeaseTest, LeaseExpiresWhileReconnecting) {
   scheduler->set_lease(kLease);
   auto server = std::make_unique<Server>(scheduler.get());
   const int port = server->port();
-  Agent agent(port, ::testing::TempDir() + "/xl-session-away");
+  Agent agent(port, FreshDir("xl-session-away"));
   ASSERT_TRUE(WaitRegistrations(agent.session, 1));
   ASSERT_TRUE(scheduler->Send(StartSleep("away")));
   int pid = 0;

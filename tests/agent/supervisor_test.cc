@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "agent/rank_shim.h"
 #include "common/clock.h"
 #include "common/duration.h"
 #include "tests/agent/recording_sink.h"
@@ -33,6 +35,7 @@ namespace {
 // test's own user (root in CI) and no cgroups.
 SupervisorOptions AgentUserOptions() {
   SupervisorOptions options;
+  options.shim_binary = XL_RANK_SHIM;
   options.run_as = RunAs::kAgent;
   options.allow_root_jobs = true;
   return options;
@@ -684,52 +687,40 @@ TEST(SupervisorClockTest, GraceAndPartialLineFollowTheMonotonicClock) {
   EXPECT_TRUE(WaitGroupGone(pid));
 }
 
-// A process of `pgid`'s group that SIGKILL cannot remove: a zombie whose
-// parent (a child of the test, outside the group) does not reap it. Keeps
-// an attempt "alive" for the supervisor until Release().
+// Keeps a rank's process group alive after SIGKILL until Release(): the
+// rank's command (Command()) leaves a zombie in its group whose parent, in
+// another group of the same session (the rank's shim's), does not reap it
+// until the file `release` exists.
 class GroupHolder {
  public:
-  explicit GroupHolder(pid_t pgid) {
-    int release[2], ready[2];
-    if (pipe2(release, O_CLOEXEC) != 0 || pipe2(ready, O_CLOEXEC) != 0) {
-      ADD_FAILURE() << "pipe: " << strerror(errno);
-      return;
-    }
-    parent_ = fork();
-    if (parent_ == 0) {
-      // Async-signal-safe calls only from here (the test has threads).
-      close(release[1]);
-      close(ready[0]);
-      pid_t zombie = fork();
-      if (zombie == 0) {
-        char ok = setpgid(0, pgid) == 0 ? 'y' : 'n';
-        ssize_t ignored = write(ready[1], &ok, 1);
-        (void)ignored;
-        _exit(0);
-      }
-      close(ready[1]);
-      char c;
-      while (read(release[0], &c, 1) < 0 && errno == EINTR) {
-      }
-      _exit(0);  // The zombie goes to the subreaper, which reaps it.
-    }
-    close(release[0]);
-    close(ready[1]);
-    release_ = release[1];
-    char ok = 'n';
-    EXPECT_EQ(read(ready[0], &ok, 1), 1);
-    EXPECT_EQ(ok, 'y') << "the zombie could not join group " << pgid;
-    close(ready[0]);
-  }
+  explicit GroupHolder(std::string dir)
+      : ready_(dir + "/ready"), release_(dir + "/release") {}
   ~GroupHolder() { Release(); }
+
+  // The rank: perl (Debian's perl-base) can join a group; sh cannot.
+  std::string Command() const {
+    return absl::StrCat(
+        "exec perl -e '$pg = getpgrp(); if (fork() == 0) { setpgrp(0, 0); "
+        "if (fork() == 0) { setpgrp(0, $pg) or exit 1; open(F, \">", ready_,
+        "\"); close(F); exit 0; } select(undef, undef, undef, 0.01) until -e "
+        "\"",
+        release_, "\"; exit 0; } exec(\"sleep\", \"100\");'");
+  }
+  // The zombie is in the group.
+  bool WaitReady() const {
+    return WaitUntil([this] { return access(ready_.c_str(), F_OK) == 0; });
+  }
   void Release() {
-    if (release_ >= 0) close(release_);
-    release_ = -1;
+    if (released_) return;
+    released_ = true;
+    FILE* f = fopen(release_.c_str(), "w");
+    if (f != nullptr) fclose(f);
   }
 
  private:
-  pid_t parent_ = -1;  // Reaped by the supervisor, which reaps every child.
-  int release_ = -1;
+  const std::string ready_;
+  const std::string release_;
+  bool released_ = false;
 };
 
 // `job`'s status of `attempt`, `rank` in `snapshot`, and how many there are.
@@ -769,10 +760,13 @@ class SupervisorStartingTest : public ::testing::Test {
   // is deferred behind it, and queues attempt 2. Returns attempt 1's pid.
   int StartDeferred(const std::string& job,
                     std::unique_ptr<GroupHolder>* holder) {
-    supervisor_->StartRanks(ShellJob(job, 1, "exec sleep 100"));
+    const std::string dir = absl::StrCat(dir_.path(), "/", job);
+    mkdir(dir.c_str(), 0755);
+    *holder = std::make_unique<GroupHolder>(dir);
+    supervisor_->StartRanks(ShellJob(job, 1, (*holder)->Command()));
     const int old_pid = sink_.WaitRunning(job, 1, 0);
     EXPECT_GT(old_pid, 0);
-    *holder = std::make_unique<GroupHolder>(old_pid);
+    EXPECT_TRUE((*holder)->WaitReady());
     supervisor_->StartRanks(ShellJob(job, 2, "exec sleep 100"));
     // The new attempt SIGKILLed the old one, which is gone but for the
     // zombie: attempt 2 waits.
@@ -925,10 +919,181 @@ TEST(SupervisorQueuedStartTest, QueuedStartIsInTheSnapshotAtOnce) {
 
 TEST(SupervisorSingletonTest, OnlyOneSupervisorRunsAtATime) {
   RecordingSink sink;
-  Supervisor first(SupervisorOptions(), &sink);
+  TempDir dir;
+  SupervisorOptions options = AgentUserOptions();
+  options.work_dir = dir.path();
+  Supervisor first(options, &sink);
   ASSERT_TRUE(first.Start().ok());
-  Supervisor second(SupervisorOptions(), &sink);
+  Supervisor second(options, &sink);
   EXPECT_EQ(second.Start().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Ranks outlive their agent: a supervisor that detaches leaves its ranks
+// running under their shims, and the next one (same work dir) adopts them.
+class SupervisorAdoptionTest : public ::testing::Test {
+ protected:
+  SupervisorOptions Options() {
+    SupervisorOptions options = AgentUserOptions();
+    options.work_dir = dir_.path();
+    options.scratch_dir = dir_.path();
+    options.default_grace = absl::Seconds(1);
+    return options;
+  }
+  std::string Fifo(const std::string& name) {
+    const std::string path = dir_.path() + "/" + name;
+    EXPECT_EQ(mkfifo(path.c_str(), 0600), 0);
+    return path;
+  }
+  static void Release(const std::string& fifo) {
+    int fd = open(fifo.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "go\n", 3), 3);
+    close(fd);
+  }
+  static std::vector<v1::LogChunk> Chunks(RecordingSink& sink,
+                                          const std::string& job) {
+    std::vector<v1::LogChunk> chunks;
+    for (const RecordingSink::Event& e : sink.events()) {
+      if (!e.is_status && e.chunk.job_id() == job) chunks.push_back(e.chunk);
+    }
+    return chunks;
+  }
+  static bool Alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+  TempDir dir_;
+};
+
+// The rank keeps its pid across the agent's absence and exits while no
+// agent runs; the next agent reports it running, then its exit, with the
+// output the scheduler had not acknowledged: a chunk sent before is sent
+// again as the same chunk (same end offset, same bytes), acknowledged output
+// is not sent again, and what the rank wrote meanwhile follows.
+TEST_F(SupervisorAdoptionTest, ARankOutlivesItsAgentAndIsAdoptedWithItsOutput) {
+  const std::string go = Fifo("go");
+  RecordingSink first_sink;
+  auto first = std::make_unique<Supervisor>(Options(), &first_sink);
+  ASSERT_TRUE(first->Start().ok());
+  first->StartRanks(ShellJob(
+      "keep", 1,
+      absl::StrCat("echo one; sleep 0.3; echo two; read x < ", go,
+                   "; echo three; exit 3")));
+  const int pid = first_sink.WaitRunning("keep", 1, 0);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(first_sink.WaitOutput("keep", 0, "one\ntwo\n"));
+  std::vector<v1::LogChunk> sent = Chunks(first_sink, "keep");
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].data(), "one\n");
+  first->LogStored(sent[0]);  // The scheduler stored "one" only.
+  absl::SleepFor(absl::Milliseconds(100));
+  first->Detach();
+  first.reset();
+  EXPECT_TRUE(Alive(pid)) << "the rank died with its supervisor";
+
+  Release(go);  // It prints "three" and exits while no agent runs.
+  ASSERT_TRUE(WaitUntil([&] { return !Alive(pid); }));
+
+  RecordingSink second_sink;
+  Supervisor second(Options(), &second_sink);
+  ASSERT_TRUE(second.Start().ok());
+  const v1::RankStatus end = second_sink.WaitEnd("keep", 1, 0);
+  EXPECT_EQ(end.state(), v1::RANK_EXITED);
+  EXPECT_EQ(end.exit_code(), 3);
+  EXPECT_EQ(end.pid(), pid);
+  EXPECT_EQ(end.stdout_bytes(), 14);
+  EXPECT_FALSE(end.stopped_by_agent());
+  std::vector<v1::LogChunk> again = Chunks(second_sink, "keep");
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].data(), "two\n");
+  EXPECT_EQ(again[0].end_offset(), sent[1].end_offset());
+  EXPECT_EQ(again[1].data(), "three\n");
+  EXPECT_EQ(again[1].end_offset(), 14);
+  // It ran before its exit, with the same pid.
+  bool running = false;
+  for (const RecordingSink::Event& e : second_sink.events()) {
+    running |= e.is_status && e.status.state() == v1::RANK_RUNNING &&
+               e.status.pid() == pid;
+  }
+  EXPECT_TRUE(running);
+}
+
+// A rank still running is adopted as running (its pid unchanged) and stopped
+// by the new agent as any other.
+TEST_F(SupervisorAdoptionTest, ARunningRankIsAdoptedAndStoppedByTheNextAgent) {
+  RecordingSink first_sink;
+  auto first = std::make_unique<Supervisor>(Options(), &first_sink);
+  ASSERT_TRUE(first->Start().ok());
+  first->StartRanks(ShellJob("run", 1, "echo up; exec sleep 100"));
+  const int pid = first_sink.WaitRunning("run", 1, 0);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(first_sink.WaitOutput("run", 0, "up\n"));
+  first->Detach();
+  first.reset();
+
+  RecordingSink second_sink;
+  Supervisor second(Options(), &second_sink);
+  ASSERT_TRUE(second.Start().ok());
+  // In the snapshot when Start() returns: the first Register carries it.
+  std::vector<v1::RankStatus> snapshot = second.Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].state(), v1::RANK_RUNNING);
+  EXPECT_EQ(snapshot[0].pid(), pid);
+  EXPECT_TRUE(Alive(pid));
+  v1::StopJob stop;
+  stop.set_job_id("run");
+  stop.set_attempt(1);
+  second.StopJob(stop);
+  EXPECT_EQ(second_sink.WaitEnd("run", 1, 0).signal(), SIGTERM);
+  EXPECT_TRUE(WaitGroupGone(pid));
+  EXPECT_TRUE(second.StopAll(absl::Seconds(1)).ok());
+}
+
+// With no agent to renew the lease, the shim stops its rank when the lease
+// runs out (the scheduler has counted the node lost by then), and the next
+// agent says the agent's side stopped it.
+TEST_F(SupervisorAdoptionTest, ARankWhoseAgentDoesNotComeBackStopsAtTheLease) {
+  RecordingSink first_sink;
+  auto first = std::make_unique<Supervisor>(Options(), &first_sink);
+  ASSERT_TRUE(first->Start().ok());
+  first->StartRanks(ShellJob("lease", 1, "exec sleep 100"));
+  const int pid = first_sink.WaitRunning("lease", 1, 0);
+  ASSERT_GT(pid, 0);
+  first->SetLease(RealClock::Get()->MonotonicNow() + absl::Seconds(1));
+  absl::SleepFor(absl::Milliseconds(100));
+  first->Detach();
+  first.reset();
+  EXPECT_TRUE(Alive(pid));
+  EXPECT_TRUE(WaitUntil([&] { return !Alive(pid); }, absl::Seconds(5)));
+
+  RecordingSink second_sink;
+  Supervisor second(Options(), &second_sink);
+  ASSERT_TRUE(second.Start().ok());
+  const v1::RankStatus end = second_sink.WaitEnd("lease", 1, 0);
+  EXPECT_EQ(end.signal(), SIGTERM);
+  EXPECT_TRUE(end.stopped_by_agent());
+  EXPECT_THAT(end.message(), HasSubstr("lease ran out"));
+}
+
+// A shim killed takes its rank with it (its parent-death signal): the exit
+// is the node's fault, said as such.
+TEST_F(SupervisorAdoptionTest, AShimKilledTakesItsRankAndSaysSo) {
+  RecordingSink sink;
+  Supervisor supervisor(Options(), &sink);
+  ASSERT_TRUE(supervisor.Start().ok());
+  supervisor.StartRanks(ShellJob("shim", 1, "exec sleep 100"));
+  const int pid = sink.WaitRunning("shim", 1, 0);
+  ASSERT_GT(pid, 0);
+  std::string record;
+  ASSERT_TRUE(shim::ReadWholeFile(
+      shim::RankDir(dir_.path() + "/state", "shim", 1, 0) + "/record",
+      &record));
+  const pid_t shim_pid = shim::Int(shim::ParseLines(record), "shim_pid");
+  ASSERT_GT(shim_pid, 0);
+  ASSERT_EQ(kill(shim_pid, SIGKILL), 0);
+  const v1::RankStatus end = sink.WaitEnd("shim", 1, 0);
+  EXPECT_EQ(end.signal(), SIGKILL);
+  EXPECT_TRUE(end.node_fault());
+  EXPECT_THAT(end.message(), HasSubstr("xl-rank-shim died"));
+  EXPECT_TRUE(WaitGroupGone(pid));
 }
 
 }  // namespace

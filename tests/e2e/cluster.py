@@ -121,9 +121,12 @@ class Cluster:
             self.port = int(f.read().strip())
         self.address = f"127.0.0.1:{self.port}"
 
-    def start_agent(self, name, gpus=2, run_as="agent", allow_root_jobs=True, extra_args=(), **kw):
+    def start_agent(self, name, gpus=2, run_as="agent", allow_root_jobs=True, extra_args=(),
+                    drain=True, **kw):
         """run_as="agent" with allow_root_jobs: the jobs run as whoever runs
-        the tests (root in CI), whatever made-up user submits them."""
+        the tests (root in CI), whatever made-up user submits them. drain:
+        the agent stops its ranks when the test ends (SIGTERM); without it
+        they stay for the next agent on the same work dir."""
         inv = os.path.join(self.tmp, f"{name}.yaml")
         with open(inv, "w") as f:
             # One scratch path for every node of the cluster (unless the
@@ -142,6 +145,7 @@ class Cluster:
                                   "--inventory", inv, "--name", name,
                                   "--heartbeat-interval-ms", "200", "--run-as", run_as,
                                   *(["--allow-root-jobs"] if allow_root_jobs else []),
+                                  *(["--drain"] if drain else []),
                                   *extra_args])
 
     def kill(self, key, sig=signal.SIGKILL):
