@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -175,10 +176,9 @@ const char* PhaseName(Status::Phase phase) {
 }  // namespace
 
 std::string EncodeStatus(const Status& s) {
-  std::string message = s.message;
-  for (char& c : message) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
+  // C-escaped: one line, and the message's bytes come back as they were
+  // (a path with a newline in it is named as it is).
+  const std::string message = absl::CEscape(s.message);
   return absl::StrCat("phase ", PhaseName(s.phase), "\npid ", s.pid,
                       "\nnode_fault ", s.node_fault ? 1 : 0, "\nwait_status ",
                       s.wait_status, "\nstdout ", s.stdout_bytes, "\nstderr ",
@@ -211,7 +211,10 @@ bool DecodeStatus(absl::string_view data, Status* s) {
   s->stderr_bytes = Int(lines, "stderr");
   s->lease_stop = Int(lines, "lease_stop") != 0;
   auto message = lines.find("message");
-  if (message != lines.end()) s->message = message->second;
+  if (message != lines.end() &&
+      !absl::CUnescape(message->second, &s->message)) {
+    s->message = message->second;
+  }
   // A rank that ran has a pid; a signal to -0 would be the agent's own group.
   return s->phase == Status::kStarting || s->phase == Status::kFailed ||
          s->pid > 1;

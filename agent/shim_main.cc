@@ -78,10 +78,16 @@ class Shim {
                   true);
     }
     ::unlink((dir_ + "/" + kSpec).c_str());  // It holds the job's env.
+    // Without its record no later agent could adopt the rank: it must not
+    // start (the agent's record, written before the fork, stays).
     if (!WriteFileAtomically(
             dir_ + "/" + kRecord,
             absl::StrCat(spec_.record, "shim_pid ", getpid(), "\n"))) {
       Log(dir_, absl::StrCat("cannot write the record: ", Errno(errno)));
+      return Fail(absl::StrCat("cannot write ", dir_, "/", kRecord, ": ",
+                               Errno(errno),
+                               "; free space on the agent's --work-dir"),
+                  true);
     }
     for (const DirStep& step : spec_.dirs) {
       std::string failed = MakeDir(step);
@@ -134,29 +140,74 @@ class Shim {
     return 0;
   }
 
-  void WriteStatus(const Status& s) {
+  // False when it could not be written (a full disk): Supervise() tries
+  // again each pass.
+  bool WriteStatus(const Status& s) {
     if (!WriteFileAtomically(dir_ + "/" + kStatus, EncodeStatus(s))) {
-      Log(dir_, absl::StrCat("cannot write the status: ", Errno(errno)));
+      if (!status_unwritten_) {
+        Log(dir_, absl::StrCat("cannot write the status: ", Errno(errno)));
+      }
+      status_unwritten_ = true;
+      return false;
     }
+    status_unwritten_ = false;
+    return true;
   }
 
+  // Makes step.path's parents (root's) and then the directory itself
+  // without following a symlink there: its parent may belong to the job's
+  // user (jobs/<job>), who must not be able to point root's chown at
+  // another file. A directory of some other user's is refused.
   std::string MakeDir(const DirStep& step) {
+    const size_t slash = step.path.rfind('/');
+    if (slash == std::string::npos || slash + 1 == step.path.size()) {
+      return absl::StrCat("bad ", step.what, " ", step.path);
+    }
+    const std::string parent = slash == 0 ? "/" : step.path.substr(0, slash);
+    const std::string leaf = step.path.substr(slash + 1);
     std::error_code ec;
-    std::filesystem::create_directories(step.path, ec);
+    std::filesystem::create_directories(parent, ec);
     if (ec) {
       return absl::StrCat("cannot create ", step.what, " ", step.path, ": ",
                           ec.message());
     }
-    if (step.give_to_user &&
-        ::chown(step.path.c_str(), spec_.uid, spec_.gid) != 0) {
-      return absl::StrCat("cannot give ", step.what, " ", step.path,
-                          " to user ", spec_.user_name, ": ", Errno(errno));
+    int dir_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+      return absl::StrCat("cannot open ", parent, ": ", Errno(errno));
     }
-    if (::chmod(step.path.c_str(), step.mode) != 0) {
-      return absl::StrCat("cannot set the mode of ", step.what, " ",
-                          step.path, ": ", Errno(errno));
+    if (::mkdirat(dir_fd, leaf.c_str(), 0755) != 0 && errno != EEXIST) {
+      const int err = errno;
+      ::close(dir_fd);
+      return absl::StrCat("cannot create ", step.what, " ", step.path, ": ",
+                          Errno(err));
     }
-    return "";
+    int fd = ::openat(dir_fd, leaf.c_str(),
+                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int open_err = errno;
+    ::close(dir_fd);
+    if (fd < 0) {
+      return absl::StrCat(step.what, " ", step.path,
+                          " is not a directory (a symlink?): ",
+                          Errno(open_err));
+    }
+    struct stat st;
+    std::string failed;
+    if (::fstat(fd, &st) != 0) {
+      failed = absl::StrCat("cannot stat ", step.path, ": ", Errno(errno));
+    } else if (st.st_uid != 0 && st.st_uid != spec_.uid) {
+      failed = absl::StrCat(step.what, " ", step.path,
+                            " belongs to another user (uid ", st.st_uid,
+                            "); remove it");
+    } else if (step.give_to_user &&
+               ::fchown(fd, spec_.uid, spec_.gid) != 0) {
+      failed = absl::StrCat("cannot give ", step.what, " ", step.path,
+                            " to user ", spec_.user_name, ": ", Errno(errno));
+    } else if (::fchmod(fd, step.mode) != 0) {
+      failed = absl::StrCat("cannot set the mode of ", step.what, " ",
+                            step.path, ": ", Errno(errno));
+    }
+    ::close(fd);
+    return failed;
   }
 
   bool Launch(const std::string& path) {
@@ -254,7 +305,14 @@ class Shim {
     Status s;
     s.phase = Status::kRunning;
     s.pid = pid_;
-    WriteStatus(s);
+    if (!WriteStatus(s)) {
+      // No agent could follow or stop it: it does not run.
+      ::kill(-pid_, SIGKILL);
+      int st;
+      while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+      }
+      _exit(1);
+    }
     return true;
   }
 
@@ -394,10 +452,14 @@ class Shim {
         ::kill(-pid_, SIGKILL);
         kill_at = INT64_MAX;
       }
+      if (status_unwritten_) WriteStatus(s);  // A full disk: again.
       if (!leader_alive && !GroupAlive()) {
         for (Spool* sp : spools) Pump(*sp);  // Leftovers' last words.
         s.phase = Status::kDone;
-        WriteStatus(s);
+        // The agent learns of the end from it; a while to find space.
+        for (int i = 0; i < 600 && !WriteStatus(s); ++i) {
+          ::poll(nullptr, 0, 100);
+        }
         return 0;
       }
     }
@@ -407,6 +469,7 @@ class Shim {
   Spec spec_;
   pid_t pid_ = 0;
   Spool out_, err_, metrics_;
+  bool status_unwritten_ = false;
 };
 
 }  // namespace
@@ -422,6 +485,16 @@ int main(int argc, char** argv) {
                          strcmp(argv[1], "-h") == 0)
                ? 0
                : 2;
+  }
+  // Descriptors 0-2 exist (a spool must never land on 2, its log).
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0) {
+      int null = open("/dev/null", O_RDWR);
+      if (null >= 0 && null != fd) {
+        dup2(null, fd);
+        close(null);
+      }
+    }
   }
   // Not the agent's: its session, its process group, its signals. The rank's
   // orphans come here, not to init.

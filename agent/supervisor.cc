@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -51,6 +52,7 @@ struct Supervisor::Output {
   // chunks after an adoption.
   std::deque<int64_t> replay;
   int chunks_fd = -1;  // where chunk ends are remembered
+  int64_t punched = 0;  // the spool's bytes given back to the disk
 };
 
 // One started rank. pgid == pid: the leader is the process the shim
@@ -344,24 +346,17 @@ void Supervisor::Adopt() {
   }
   for (const std::string& dir : dirs) {
     std::string data;
-    // A shim that holds its lock but has not written its record yet is
-    // starting: give it a moment.
-    for (int i = 0; i < 100 && !shim::ReadWholeFile(dir + "/" + shim::kRecord,
-                                                    &data);
-         ++i) {
-      if (ShimGone(dir)) break;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    shim::ReadWholeFile(dir + "/" + shim::kRecord, &data);
     const auto record = shim::ParseLines(data);
     auto job = record.find("job");
-    if (job == record.end() || !SafePathComponent(job->second) ||
-        !record.count("shim_pid")) {
-      // Never started (the agent died first) or not ours: nothing to adopt.
+    if (job == record.end() || !SafePathComponent(job->second)) {
+      // The agent writes the record before it forks the shim: without one,
+      // nothing ever ran here.
       if (ShimGone(dir)) {
         std::filesystem::remove_all(dir, ec);
       } else {
-        LogLine(absl::StrCat("rank state ", dir, " has no record but its "
-                             "shim runs; leaving it alone"));
+        LogLine(absl::StrCat("rank state ", dir, " has no record but a "
+                             "shim holds it; leaving it alone"));
       }
       continue;
     }
@@ -408,6 +403,13 @@ void Supervisor::Adopt() {
       attempt->user.name = record.count("user") ? record.at("user") : "";
       attempt->user.uid = shim::Int(record, "uid");
       attempt->user.gid = shim::Int(record, "gid");
+      // Its HOME and groups, for ranks of the attempt started later.
+      absl::StatusOr<RankUser> user = options_.run_as == RunAs::kAgent
+                                          ? AgentUser()
+                                          : LookUpUser(attempt->user.name);
+      if (user.ok() && user->uid == attempt->user.uid) {
+        attempt->user = *std::move(user);
+      }
       attempt->tmp_dir = record.count("tmp_dir") ? record.at("tmp_dir") : "";
       if (record.count("cgroup") &&
           options_.cgroups.version != CgroupVersion::kNone) {
@@ -1002,9 +1004,12 @@ void Supervisor::Launch(const v1::StartRanks& request,
     return node_fault(absl::StrCat("cannot create the rank's state directory ",
                                    dir));
   }
-  if (!shim::WriteFileAtomically(dir + "/" + shim::kSpec,
+  // The record first: a successor finds every rank whose shim may have
+  // started (the shim adds its pid to it).
+  if (!shim::WriteFileAtomically(dir + "/" + shim::kRecord, spec.record) ||
+      !shim::WriteFileAtomically(dir + "/" + shim::kSpec,
                                  shim::EncodeSpec(spec))) {
-    return node_fault(absl::StrCat("cannot write ", dir, "/", shim::kSpec));
+    return node_fault(absl::StrCat("cannot write ", dir));
   }
   // Held by the shim as long as it lives (rank_shim.h).
   int lock = ::open((dir + "/" + shim::kLock).c_str(),
@@ -1190,9 +1195,31 @@ void Supervisor::Signal(Process& process, int sig) {
   }
   // Not running yet: sent once the shim says it runs.
   if (process.pending_signal != SIGKILL) process.pending_signal = sig;
+  // A shim that does not get the rank going (a hung mount) is killed at the
+  // end of the grace: what it started dies with it (parent-death signal).
+  // Its lock says the pid is still that shim's.
+  if (sig == SIGKILL && process.shim_pid > 0 && !process.shim_gone &&
+      !ShimGone(process.dir)) {
+    ::kill(process.shim_pid, SIGKILL);
+  }
 }
 
 void Supervisor::PersistAcked(Process& process) {
+  // What the scheduler stored needs no disk here any more (offsets stay).
+  for (auto [output, upto] :
+       {std::pair{&process.out, process.out.stored},
+        {&process.err, process.err.stored},
+        {&process.metrics, process.metrics.read_offset -
+                               static_cast<int64_t>(
+                                   process.metrics.pending.size())}}) {
+    const int64_t hole = upto / 4096 * 4096;
+    if (output->fd >= 0 && hole > output->punched) {
+      if (fallocate(output->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                    hole) == 0) {
+        output->punched = hole;
+      }
+    }
+  }
   const std::string text = absl::StrCat(
       shim::kStdout, " ", process.out.stored, "\n", shim::kStderr, " ",
       process.err.stored, "\n", shim::kMetrics, " ",
@@ -1301,8 +1328,9 @@ void Supervisor::Poll(Process& process) {
 void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
   if (output.closed) return;
   if (output.fd < 0) {
+    // Read-write: what the scheduler stored is punched out (PersistAcked).
     output.fd = ::open((process.dir + "/" + output.name).c_str(),
-                       O_RDONLY | O_CLOEXEC);
+                       O_RDWR | O_CLOEXEC);
     if (output.fd < 0) return;  // Not made yet.
   }
   char buf[64 * 1024];

@@ -289,4 +289,35 @@ absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir,
   return out;
 }
 
+CheckpointWriter::WriteFn PeriodicCheckpoints(std::string dir,
+                                              uint64_t fingerprint, int keep) {
+  return [dir = std::move(dir), fingerprint, keep](const TrainState& s) {
+    absl::Status st = WriteCheckpoint(dir, s, fingerprint, keep);
+    if (!st.ok()) {
+      std::cerr << "xl-train: warning: checkpoint at step " << s.step
+                << " failed: " << st.message() << "\n";
+    }
+    return st;
+  };
+}
+
+bool CheckpointWriter::Submit(TrainState state) {
+  if (busy()) return false;
+  (void)Wait();
+  pending_ = std::async(
+      std::launch::async,
+      [this](TrainState s) { return write_(s); }, std::move(state));
+  return true;
+}
+
+bool CheckpointWriter::busy() const {
+  return pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) !=
+                                 std::future_status::ready;
+}
+
+absl::Status CheckpointWriter::Wait() {
+  if (!pending_.valid()) return absl::OkStatus();
+  return pending_.get();
+}
+
 }  // namespace xl::worker

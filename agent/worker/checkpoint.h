@@ -11,6 +11,8 @@
 #define XL_AGENT_WORKER_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +52,38 @@ std::string CheckpointPath(const std::string& dir, int64_t step);
 // partial ckpt-<step>.xlc is left behind.
 absl::Status WriteCheckpoint(const std::string& dir, const TrainState& state,
                              uint64_t fingerprint, int keep = 3);
+
+// Writes periodic checkpoints on a thread of its own, so that the training
+// loop pays only for the copy of its state (from the GPU, on GPU), not for
+// the disk. One write at a time: a checkpoint that falls due while the last
+// one is still being written is skipped (Submit() says so); a final one
+// (SIGTERM) is written by the caller after Wait(). The destructor waits.
+class CheckpointWriter {
+ public:
+  using WriteFn = std::function<absl::Status(const TrainState&)>;
+  explicit CheckpointWriter(WriteFn write) : write_(std::move(write)) {}
+  ~CheckpointWriter() { (void)Wait(); }
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Starts writing `state` and returns at once; false (nothing done) while
+  // the previous write runs.
+  bool Submit(TrainState state);
+  // True while a write runs.
+  bool busy() const;
+  // Waits for the write in flight; its status (OK when there was none).
+  absl::Status Wait();
+
+ private:
+  WriteFn write_;
+  std::future<absl::Status> pending_;
+};
+
+// WriteCheckpoint into `dir` for a CheckpointWriter: a periodic checkpoint
+// that fails costs progress, not the run, so its failure is a warning on
+// stderr.
+CheckpointWriter::WriteFn PeriodicCheckpoints(std::string dir,
+                                              uint64_t fingerprint, int keep);
 
 // Reads and verifies one checkpoint; DATA_LOSS for a bad magic, size or
 // checksum, FAILED_PRECONDITION for another version or shape.

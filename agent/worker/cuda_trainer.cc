@@ -209,6 +209,10 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
                    CudaMlp::Create(config, batch, res.compute));
   const int64_t count = model->param_count();
   const uint64_t fingerprint = ConfigFingerprint(config);
+  // Periodic checkpoints are written off the loop: it pays only for the
+  // copy from the GPU.
+  CheckpointWriter writer(PeriodicCheckpoints(
+      checkpoint_dir, fingerprint, options.base.keep_checkpoints));
 
   std::unique_ptr<NcclCollective> nccl;
   if (world > 1) {
@@ -434,21 +438,28 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
     const bool periodic =
         config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
     if (rank == 0 && !checkpoint_dir.empty() && (periodic || stopping)) {
-      TrainState s;
-      s.step = done;
-      s.params.resize(count);
-      s.m.resize(count);
-      s.v.resize(count);
-      RETURN_IF_ERROR(model->GetParams(s.params.data()));
-      RETURN_IF_ERROR(model->GetOptimizerState(
-          s.m.data(), s.v.data(), &s.adam_t, &s.loss_scale, &s.good_steps));
-      absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
-                                        options.base.keep_checkpoints);
-      if (!st.ok()) {
-        if (stopping) return Annotate(st, "final checkpoint");
-        std::fprintf(
-            stderr, "xl-train: warning: checkpoint at step %lld failed: %s\n",
-            static_cast<long long>(done), std::string(st.message()).c_str());
+      if (!stopping && writer.busy()) {
+        std::fprintf(stderr,
+                     "xl-train: warning: checkpoint at step %lld skipped: the "
+                     "last one is still being written\n",
+                     static_cast<long long>(done));
+      } else {
+        (void)writer.Wait();  // Its failure was said when it happened.
+        TrainState s;
+        s.step = done;
+        s.params.resize(count);
+        s.m.resize(count);
+        s.v.resize(count);
+        RETURN_IF_ERROR(model->GetParams(s.params.data()));
+        RETURN_IF_ERROR(model->GetOptimizerState(
+            s.m.data(), s.v.data(), &s.adam_t, &s.loss_scale, &s.good_steps));
+        if (stopping) {
+          absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
+                                            options.base.keep_checkpoints);
+          if (!st.ok()) return Annotate(st, "final checkpoint");
+        } else {
+          writer.Submit(std::move(s));
+        }
       }
     }
     if (stopping) {

@@ -89,6 +89,9 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
             config.learning_rate, config.weight_decay);
   const int64_t count = model.param_count();
   const uint64_t fingerprint = ConfigFingerprint(config);
+  // Periodic checkpoints are written off the loop.
+  CheckpointWriter writer(
+      PeriodicCheckpoints(checkpoint_dir, fingerprint, options.keep_checkpoints));
 
   // Resume: rank 0 finds the newest valid checkpoint and broadcasts it, so
   // every rank holds bitwise the same state.
@@ -190,19 +193,24 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
     const bool periodic =
         config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
     if (rank == 0 && !checkpoint_dir.empty() && (periodic || stopping)) {
-      TrainState s;
-      s.step = done;
-      s.adam_t = opt.t();
-      s.params = model.params();
-      s.m = opt.m();
-      s.v = opt.v();
-      absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
-                                        options.keep_checkpoints);
-      if (!st.ok()) {
-        if (stopping) return Annotate(st, "final checkpoint");
-        // A periodic checkpoint that fails costs progress, not the run.
+      if (!stopping && writer.busy()) {
         std::cerr << "xl-train: warning: checkpoint at step " << done
-                  << " failed: " << st.message() << "\n";
+                  << " skipped: the last one is still being written\n";
+      } else {
+        (void)writer.Wait();  // Its failure was said when it happened.
+        TrainState s;
+        s.step = done;
+        s.adam_t = opt.t();
+        s.params = model.params();
+        s.m = opt.m();
+        s.v = opt.v();
+        if (stopping) {
+          absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
+                                            options.keep_checkpoints);
+          if (!st.ok()) return Annotate(st, "final checkpoint");
+        } else {
+          writer.Submit(std::move(s));
+        }
       }
     }
     if (stopping) {

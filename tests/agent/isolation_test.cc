@@ -272,6 +272,28 @@ TEST_F(IsolationTest, AnotherJobsWorkingDirectoryIsNotReadable) {
   EXPECT_EQ(Stdout("job-b"), "");
 }
 
+// A job's user owns jobs/<job>: a rank that plants a symlink where the next
+// attempt's working directory goes does not get root to chown its target.
+TEST_F(IsolationTest, ASymlinkPlantedForTheNextAttemptIsRefused) {
+  StartSupervisor();
+  const std::string target = dir_ + "/roots-own";
+  ASSERT_EQ(mkdir(target.c_str(), 0755), 0);
+  const std::string next = dir_ + "/work/jobs/plant/2";
+  v1::RankStatus first = RunToEnd(
+      Shell("plant", kUserA, absl::StrCat("ln -s ", target, " ", next)));
+  ASSERT_EQ(first.state(), v1::RANK_EXITED) << first.message();
+  ASSERT_EQ(first.exit_code(), 0) << Stderr("plant");
+  v1::StartRanks again = Shell("plant", kUserA, "id -u");
+  again.set_attempt(2);
+  v1::RankStatus second = RunToEnd(again);
+  EXPECT_EQ(second.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(second.message(), HasSubstr("a symlink?"));
+  struct stat st;
+  ASSERT_EQ(stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "root's directory was given to the job's user";
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+}
+
 TEST_F(IsolationTest, CheckpointDirectoryBelongsToTheUser) {
   StartSupervisor();
   v1::RankStatus end = RunToEnd(

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <future>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -170,6 +172,40 @@ TEST(Fingerprint, DependsOnShapeOnly) {
   EXPECT_EQ(ConfigFingerprint(a), ConfigFingerprint(b));
   b.hidden_dim = 512;
   EXPECT_NE(ConfigFingerprint(a), ConfigFingerprint(b));
+}
+
+// The training loop hands a checkpoint over and goes on while it is
+// written; one due while the last is still being written is skipped, and
+// Wait() gives the write's status.
+TEST(CheckpointWriterTest, WritesOffTheCallersThreadOneAtATime) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> writes{0};
+  std::atomic<int64_t> last_step{0};
+  CheckpointWriter writer([&](const TrainState& s) {
+    released.wait();  // A slow disk.
+    ++writes;
+    last_step = s.step;
+    return s.step == 3 ? absl::ResourceExhaustedError("disk full")
+                       : absl::OkStatus();
+  });
+  TrainState first;
+  first.step = 1;
+  ASSERT_TRUE(writer.Submit(first));  // Returns although the write blocks.
+  EXPECT_TRUE(writer.busy());
+  TrainState second;
+  second.step = 2;
+  EXPECT_FALSE(writer.Submit(second));  // Skipped: the first still runs.
+  release.set_value();
+  EXPECT_TRUE(writer.Wait().ok());
+  EXPECT_FALSE(writer.busy());
+  EXPECT_EQ(writes.load(), 1);
+  EXPECT_EQ(last_step.load(), 1);
+  TrainState third;
+  third.step = 3;
+  ASSERT_TRUE(writer.Submit(third));
+  EXPECT_EQ(writer.Wait().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(last_step.load(), 3);
 }
 
 }  // namespace
