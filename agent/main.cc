@@ -362,9 +362,11 @@ int Main(int argc, char** argv) {
                          ErrnoString(errno),
                          "; a restarted agent will be a new instance"));
   }
-  // Every rank holds a few descriptors here (its spools).
+  // Every rank holds a few descriptors here (its spools); ranks get the
+  // limit the agent was started with.
   struct rlimit files;
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    supervisor_options.rank_open_files = files.rlim_cur;
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }

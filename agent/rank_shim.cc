@@ -56,6 +56,7 @@ std::string EncodeSpec(const Spec& spec) {
   for (const std::string& p : spec.cgroup_procs) Field(&out, "cgroup_procs", p);
   Field(&out, "cgroup_dir", spec.cgroup_dir);
   Field(&out, "checkpoint_dir", spec.checkpoint_dir);
+  Field(&out, "open_files", absl::StrCat(spec.open_files));
   Field(&out, "record", spec.record);
   Field(&out, "end", "");
   return out;
@@ -140,6 +141,8 @@ bool DecodeSpec(absl::string_view data, Spec* spec, std::string* error) {
       spec->cgroup_dir = value;
     } else if (name == "checkpoint_dir") {
       spec->checkpoint_dir = value;
+    } else if (name == "open_files") {
+      ok = number(&spec->open_files);
     } else if (name == "record") {
       spec->record = value;
     } else if (name == "end") {

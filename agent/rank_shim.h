@@ -85,6 +85,8 @@ struct Spec {
   std::string cgroup_dir;
   // JobSpec.checkpoint_dir: made by the rank's process as its user.
   std::string checkpoint_dir;
+  // RLIMIT_NOFILE's soft limit for the rank (0: the shim's).
+  uint64_t open_files = 0;
   // Lines the shim copies into `record` (the agent's, for its successor).
   std::string record;
 };

@@ -9,12 +9,14 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -262,6 +264,12 @@ class Shim {
     std::string checkpoint_dir = spec_.checkpoint_dir;
     if (!checkpoint_dir.empty()) identity.checkpoint_dir = checkpoint_dir.data();
 
+    // The agent raised its own; the rank gets what the node gives.
+    struct rlimit files;
+    if (spec_.open_files > 0 && getrlimit(RLIMIT_NOFILE, &files) == 0) {
+      files.rlim_cur = std::min<rlim_t>(spec_.open_files, files.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
     const pid_t self = getpid();
     pid_t pid = fork();
     if (pid == 0) {

@@ -978,6 +978,7 @@ void Supervisor::Launch(const v1::StartRanks& request,
     spec.cgroup_dir = attempt.cgroup->main_dir();
   }
   spec.checkpoint_dir = request.checkpoint_dir();
+  spec.open_files = options_.rank_open_files;
   const std::string cgroup_name =
       absl::StrCat(job_id, "-", request.attempt());
   spec.record = absl::StrCat(
@@ -1226,12 +1227,33 @@ void Supervisor::PersistAcked(Process& process) {
       process.metrics.read_offset -
           static_cast<int64_t>(process.metrics.pending.size()),
       "\n");
+  process.metrics_persisted = options_.clock->MonotonicNow();
   if (!shim::WriteFileAtomically(process.dir + "/" + shim::kAcked, text)) {
     LogLine(absl::StrCat("cannot write ", process.dir, "/", shim::kAcked,
                          ": ", ErrnoString(errno),
                          " (a restarted agent sends that output again)"));
+    return;
   }
-  process.metrics_persisted = options_.clock->MonotonicNow();
+  // Chunk ends at or below what is stored are needed no more: the file is
+  // rewritten without them once it holds 64 KiB (8 bytes a chunk).
+  for (Output* output : {&process.out, &process.err}) {
+    struct stat st;
+    if (output->chunks_fd < 0 || ::fstat(output->chunks_fd, &st) != 0 ||
+        st.st_size < 64 * 1024) {
+      continue;
+    }
+    const std::string path =
+        absl::StrCat(process.dir, "/chunks.", output->name);
+    std::string kept;
+    for (int64_t end : ReadChunkEnds(path)) {
+      if (end > output->stored) {
+        kept.append(reinterpret_cast<const char*>(&end), sizeof(end));
+      }
+    }
+    if (shim::WriteFileAtomically(path, kept)) {
+      CloseFd(output->chunks_fd);  // Opened again at the next chunk.
+    }
+  }
 }
 
 void Supervisor::Poll(Process& process) {

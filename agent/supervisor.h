@@ -105,6 +105,9 @@ struct SupervisorOptions {
   std::string state_dir;
   // The xl-rank-shim binary (next to xl-agent). Required.
   std::string shim_binary;
+  // RLIMIT_NOFILE's soft limit for ranks (the agent raises its own); 0: as
+  // the agent's.
+  uint64_t rank_open_files = 0;
   // XL_CHECKPOINT_DIR of a rank is <scratch_dir>/checkpoints/<job_id>.
   std::string scratch_dir;
   // Now() for the timestamps of output and metrics; MonotonicNow() for the

@@ -301,13 +301,11 @@ CheckpointWriter::WriteFn PeriodicCheckpoints(std::string dir,
   };
 }
 
-bool CheckpointWriter::Submit(TrainState state) {
-  if (busy()) return false;
-  (void)Wait();
+void CheckpointWriter::Submit(TrainState state) {
+  (void)Wait();  // Its failure was said when it happened.
   pending_ = std::async(
       std::launch::async,
       [this](TrainState s) { return write_(s); }, std::move(state));
-  return true;
 }
 
 bool CheckpointWriter::busy() const {

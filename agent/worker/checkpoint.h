@@ -55,9 +55,9 @@ absl::Status WriteCheckpoint(const std::string& dir, const TrainState& state,
 
 // Writes periodic checkpoints on a thread of its own, so that the training
 // loop pays only for the copy of its state (from the GPU, on GPU), not for
-// the disk. One write at a time: a checkpoint that falls due while the last
-// one is still being written is skipped (Submit() says so); a final one
-// (SIGTERM) is written by the caller after Wait(). The destructor waits.
+// the disk, as long as the disk keeps up. One write at a time: Submit()
+// waits for the last one first. A final checkpoint (SIGTERM) is written by
+// the caller after Wait(). The destructor waits.
 class CheckpointWriter {
  public:
   using WriteFn = std::function<absl::Status(const TrainState&)>;
@@ -66,9 +66,9 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // Starts writing `state` and returns at once; false (nothing done) while
-  // the previous write runs.
-  bool Submit(TrainState state);
+  // Waits for the write in flight, if any, then starts writing `state` and
+  // returns.
+  void Submit(TrainState state);
   // True while a write runs.
   bool busy() const;
   // Waits for the write in flight; its status (OK when there was none).

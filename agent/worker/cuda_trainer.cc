@@ -438,28 +438,22 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
     const bool periodic =
         config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
     if (rank == 0 && !checkpoint_dir.empty() && (periodic || stopping)) {
-      if (!stopping && writer.busy()) {
-        std::fprintf(stderr,
-                     "xl-train: warning: checkpoint at step %lld skipped: the "
-                     "last one is still being written\n",
-                     static_cast<long long>(done));
+      // One write at a time: a disk that does not keep up slows the loop.
+      (void)writer.Wait();  // Its failure was said when it happened.
+      TrainState s;
+      s.step = done;
+      s.params.resize(count);
+      s.m.resize(count);
+      s.v.resize(count);
+      RETURN_IF_ERROR(model->GetParams(s.params.data()));
+      RETURN_IF_ERROR(model->GetOptimizerState(
+          s.m.data(), s.v.data(), &s.adam_t, &s.loss_scale, &s.good_steps));
+      if (stopping) {
+        absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
+                                          options.base.keep_checkpoints);
+        if (!st.ok()) return Annotate(st, "final checkpoint");
       } else {
-        (void)writer.Wait();  // Its failure was said when it happened.
-        TrainState s;
-        s.step = done;
-        s.params.resize(count);
-        s.m.resize(count);
-        s.v.resize(count);
-        RETURN_IF_ERROR(model->GetParams(s.params.data()));
-        RETURN_IF_ERROR(model->GetOptimizerState(
-            s.m.data(), s.v.data(), &s.adam_t, &s.loss_scale, &s.good_steps));
-        if (stopping) {
-          absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
-                                            options.base.keep_checkpoints);
-          if (!st.ok()) return Annotate(st, "final checkpoint");
-        } else {
-          writer.Submit(std::move(s));
-        }
+        writer.Submit(std::move(s));
       }
     }
     if (stopping) {

@@ -19,6 +19,7 @@
 #include "agent/worker/gloo_collective.h"
 #include "agent/worker/metrics.h"
 #include "agent/worker/rendezvous.h"
+#include "agent/worker/tensorboard.h"
 #include "agent/worker/train_config.h"
 #include "agent/worker/trainer.h"
 #include "common/proto_text.h"
@@ -65,12 +66,13 @@ int Main(int argc, char** argv) {
       "AdamW; gradients all-reduced over Gloo on CPU or NCCL on CUDA).\n"
       "Environment: RANK, WORLD_SIZE (default 0 and 1), XL_JOB_ID, "
       "XL_ATTEMPT, XL_SCHEDULER + XL_RENDEZVOUS_TOKEN (rendezvous through the "
-      "scheduler), XL_CHECKPOINT_DIR, XL_METRICS_FD (JSON metrics lines), "
+      "scheduler), XL_CHECKPOINT_DIR, XL_TENSORBOARD_DIR, XL_METRICS_FD (JSON "
+      "metrics lines), "
       "XL_NODE_ADDRESS or MASTER_ADDR (the address peers reach this rank "
       "at), CUDA_VISIBLE_DEVICES.\n"
       "Exit: 0 done, 143 stopped by SIGTERM after writing a checkpoint, 2 "
       "bad usage or spec, 1 other errors."};
-  std::string spec_json, spec_file, rdv_dir, ckpt_dir, shards_dir;
+  std::string spec_json, spec_file, rdv_dir, ckpt_dir, shards_dir, tb_dir;
   uint64_t shard_count = 0, shard_per_file = 1 << 16;
   app.add_option("--spec-json", spec_json,
                  "the TrainSpec as JSON (protobuf JSON mapping), e.g. "
@@ -84,6 +86,10 @@ int Main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", ckpt_dir,
                  "where rank 0 writes ckpt-<step>.xlc and resumes from "
                  "(default: XL_CHECKPOINT_DIR; none: no checkpoints)");
+  app.add_option("--tensorboard-dir", tb_dir,
+                 "where rank 0 writes TensorBoard event files (default: "
+                 "XL_TENSORBOARD_DIR, else <checkpoint dir>/tensorboard; "
+                 "\"none\": none)");
   app.add_option("--write-shards", shards_dir,
                  "write --count samples of the spec's synthetic teacher data "
                  "as shard files into this directory, then exit");
@@ -159,7 +165,22 @@ int Main(int argc, char** argv) {
   }
 
   InstallSigtermHandler();
-  FdMetricsSink sink = FdMetricsSink::FromEnv();
+  FdMetricsSink fd_sink = FdMetricsSink::FromEnv();
+  // Rank 0 reports; its curves also go to TensorBoard.
+  if (tb_dir.empty()) tb_dir = Env("XL_TENSORBOARD_DIR");
+  if (tb_dir.empty() && !ckpt_dir.empty()) tb_dir = ckpt_dir + "/tensorboard";
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (rank == 0 && !tb_dir.empty() && tb_dir != "none") {
+    auto opened = TensorBoardWriter::Open(tb_dir);
+    if (opened.ok()) {
+      tensorboard = *std::move(opened);
+    } else {
+      std::cerr << "xl-train: warning: " << opened.status().message()
+                << "; no TensorBoard events\n";
+    }
+  }
+  TensorBoardSink sink(std::move(tensorboard), config->learning_rate,
+                       &fd_sink);
   absl::Status st;
   if (config->device == "cuda") {
 #ifdef XL_HAVE_CUDA

@@ -193,24 +193,20 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
     const bool periodic =
         config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
     if (rank == 0 && !checkpoint_dir.empty() && (periodic || stopping)) {
-      if (!stopping && writer.busy()) {
-        std::cerr << "xl-train: warning: checkpoint at step " << done
-                  << " skipped: the last one is still being written\n";
+      // One write at a time: a disk that does not keep up slows the loop.
+      (void)writer.Wait();  // Its failure was said when it happened.
+      TrainState s;
+      s.step = done;
+      s.adam_t = opt.t();
+      s.params = model.params();
+      s.m = opt.m();
+      s.v = opt.v();
+      if (stopping) {
+        absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
+                                          options.keep_checkpoints);
+        if (!st.ok()) return Annotate(st, "final checkpoint");
       } else {
-        (void)writer.Wait();  // Its failure was said when it happened.
-        TrainState s;
-        s.step = done;
-        s.adam_t = opt.t();
-        s.params = model.params();
-        s.m = opt.m();
-        s.v = opt.v();
-        if (stopping) {
-          absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
-                                            options.keep_checkpoints);
-          if (!st.ok()) return Annotate(st, "final checkpoint");
-        } else {
-          writer.Submit(std::move(s));
-        }
+        writer.Submit(std::move(s));
       }
     }
     if (stopping) {

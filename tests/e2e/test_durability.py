@@ -177,8 +177,10 @@ class Durability(unittest.TestCase):
         wait_until("3 nodes back", lambda: len([n for n in c.nodes()
                                                 if n.get("state") == "READY" and not n.get("state_reason")]) == 3,
                    60, interval=0.1)
+        # A job is RUNNING again once its nodes' Registers have reported its
+        # ranks (the nodes may show READY a moment before).
+        wait_until("every job RUNNING", lambda: running() == set(ids), 30, interval=0.1)
         back = time.monotonic() - down
-        self.assertEqual(running(), set(ids))
         self.assertEqual(rank_pids(), before)
         for job_id in ids:
             self.assertEqual(c.job(job_id).get("attempt"), 1)
