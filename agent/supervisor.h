@@ -235,6 +235,8 @@ class Supervisor : public RankController {
   // The attempt of `request`, made (user looked up, cgroup and TMPDIR
   // created) at its first call. The error says what to fix.
   absl::StatusOr<Attempt*> PrepareAttempt(const v1::StartRanks& request);
+  // The account a rank of `name` runs as (options.run_as).
+  absl::StatusOr<RankUser> LookUpRankUser(const std::string& name) const;
   // Kills what is left in the cgroups of attempts none of whose ranks has a
   // process group any more (processes that escaped with setsid()), then
   // removes their cgroups and TMPDIRs.
