@@ -212,8 +212,17 @@ class Durability(unittest.TestCase):
                          script).stdout.strip().split()[-1]
         c.wait_state(job_id, "RUNNING")
 
+        def leader(pid):
+            try:
+                return os.getpgid(pid) == pid
+            except ProcessLookupError:
+                return False
+
+        # The ranks themselves: each leads its process group (the shell
+        # forks a moment before it execs each sleep; that child is not one).
         def pids():
-            return sorted((rank, pid) for pid, job, _, rank in rank_processes("sh") if job == job_id)
+            return sorted((rank, pid) for pid, job, _, rank in rank_processes("sh")
+                          if job == job_id and leader(pid))
         before = wait_until("2 ranks", lambda: (lambda p: p if len(p) == 2 else None)(pids()), 30)
         rng = random.Random(int(os.environ.get("XL_STORM_SEED", "7")))
         kills = 0
