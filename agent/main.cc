@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "agent/agent_metrics.h"
 #include "agent/inventory/inventory.h"
 #include "agent/isolation/cgroup.h"
 #include "agent/isolation/user.h"
@@ -30,6 +31,7 @@
 #include "agent/session.h"
 #include "agent/supervisor.h"
 #include "common/duration.h"
+#include "common/http_server.h"
 #include "common/status.h"
 #include "common/proto_text.h"
 
@@ -123,6 +125,17 @@ int Main(int argc, char** argv) {
                "before exiting, as SIGINT does; without it SIGTERM leaves "
                "them running for the next agent (use it when the node is "
                "going away)");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT serving Prometheus /metrics over HTTP (connected, "
+                 "scheduler acknowledgement age, running ranks, GPUs, rank "
+                 "exits; no job secrets, no credential asked): e.g. "
+                 "0.0.0.0:9401");
+  app.set_config("--config", "",
+                 "read options from this file first (TOML: one `name = "
+                 "value` line per long option, e.g. work-dir = "
+                 "\"/var/lib/xl-agent\"); flags given on the command line "
+                 "win");
   app.add_option("--scheduler", scheduler,
                  "HOST:PORT of xl-scheduler (required unless "
                  "--print-inventory)");
@@ -380,10 +393,36 @@ int Main(int argc, char** argv) {
                        "; scheduler ", scheduler, "; work dir ", work_dir,
                        "; checkpoints under ", supervisor_options.scratch_dir));
   session.Start(&supervisor);
+  std::unique_ptr<http::Server> metrics;
+  if (!metrics_listen.empty()) {
+    http::ServerOptions http_opts;
+    http_opts.listen = metrics_listen;
+    const v1::NodeInventory reported = *inventory;
+    auto started_http = http::Server::Start(
+        http_opts, [&session, &supervisor, reported](const http::Request& req) {
+          if (req.path != "/metrics") {
+            return http::TextResponse(404, "the agent serves /metrics only");
+          }
+          http::Response r;
+          r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+          r.body = ScrapeAgent(session, supervisor, reported);
+          return r;
+        });
+    if (!started_http.ok()) {
+      LogLine(absl::StrCat("--metrics-listen: ",
+                           started_http.status().message()));
+      session.Shutdown(absl::Seconds(1));
+      supervisor.Detach();
+      return 1;
+    }
+    metrics = std::move(*started_http);
+    LogLine(absl::StrCat("metrics on ", metrics->url(), "/metrics"));
+  }
 
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {
   }
+  if (metrics != nullptr) metrics->Stop();
   if (sig == SIGTERM && !drain) {
     LogLine("received SIGTERM: leaving the ranks running for the next "
             "xl-agent (start it with the same --work-dir; --drain stops them "

@@ -169,7 +169,21 @@ void Session::Shutdown(absl::Duration flush_timeout) {
 
 void Session::OnRankStatus(const v1::RankStatus& status) {
   absl::MutexLock lock(&mu_);
+  if (status.state() != v1::RANK_RUNNING) ++rank_exits_;
   outbox_.PushStatus(status);
+}
+
+absl::Duration Session::SinceLastAck() const {
+  absl::MutexLock lock(&mu_);
+  if (lease_.renewed_from() == absl::InfinitePast()) {
+    return absl::InfiniteDuration();
+  }
+  return options_.clock->MonotonicNow() - lease_.renewed_from();
+}
+
+int64_t Session::rank_exits() const {
+  absl::MutexLock lock(&mu_);
+  return rank_exits_;
 }
 
 void Session::OnLogChunk(v1::LogChunk chunk) {

@@ -108,6 +108,12 @@ class Session : public RankEventSink {
   std::string node() const;
   // Times the lease ran out (and every rank was stopped).
   int lease_expirations() const;
+  // How long ago the scheduler last acknowledged a heartbeat (or Register)
+  // of this agent, on the monotonic clock; InfiniteDuration before the
+  // first. For /metrics.
+  absl::Duration SinceLastAck() const;
+  // Rank exits (and failures to start) reported so far.
+  int64_t rank_exits() const;
   // Register.instance_id: options.instance_id, or 128 random bits in hex
   // drawn once per Session (the same across its reconnects).
   const std::string& instance_id() const { return instance_id_; }
@@ -176,6 +182,7 @@ class Session : public RankEventSink {
   // The lease thread ended the current connection.
   bool lease_ended_connection_ ABSL_GUARDED_BY(mu_) = false;
   int lease_expirations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rank_exits_ ABSL_GUARDED_BY(mu_) = 0;
   // Bumped by the lease thread every kTickPeriod: ends each timed wait in
   // time even when a wall-clock step moved Abseil's deadline.
   uint64_t ticks_ ABSL_GUARDED_BY(mu_) = 0;

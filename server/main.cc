@@ -27,6 +27,10 @@
 #include "server/service/scheduler_server.h"
 #include "server/store/db_lock.h"
 
+#ifndef XL_VERSION
+#define XL_VERSION "dev"
+#endif
+
 namespace {
 
 int Fail(const std::string& msg) {
@@ -281,6 +285,19 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--port-file", port_file,
                  "write the bound port to this file once listening");
+  std::string metrics_port_file;
+  app.add_option("--metrics-listen", opts.metrics_listen,
+                 "HOST:PORT of an HTTP port (HTTPS when the scheduler has "
+                 "TLS) serving Prometheus /metrics, the web dashboard at / "
+                 "and its JSON API at /api/ (behind the API's tokens); "
+                 "e.g. 0.0.0.0:9400 (port 0: any free one)");
+  app.add_option("--metrics-port-file", metrics_port_file,
+                 "write the --metrics-listen port to this file once "
+                 "listening");
+  app.set_config("--config", "",
+                 "read options from this file first (TOML: one `name = "
+                 "value` line per long option, e.g. listen = "
+                 "\"0.0.0.0:7070\"); flags given on the command line win");
   std::string dev_env;
   app.add_option("--tls-cert", opts.tls_cert_file,
                  "the server's TLS certificate (PEM); with --tls-key and "
@@ -334,6 +351,7 @@ int main(int argc, char** argv) {
   app.footer(
       "Stops cleanly on SIGINT or SIGTERM. Exit status: 0 after a clean stop, "
       "1 when it cannot start (the message says why).");
+  opts.version = XL_VERSION;
   CLI11_PARSE(app, argc, argv);
   if (token_cmd->parsed()) {
     if (token_create->parsed()) {
@@ -454,6 +472,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "xl-scheduler: WARNING: %s\n",
             (*server)->security_warning().c_str());
   }
+  if (!(*server)->metrics_url().empty()) {
+    printf("xl-scheduler: metrics on %s/metrics, dashboard on %s/\n",
+           (*server)->metrics_url().c_str(), (*server)->metrics_url().c_str());
+  }
   fflush(stdout);
   if (dev) {
     const std::string env_file = cluster->dir() + "/xlctl.env";
@@ -463,11 +485,14 @@ int main(int argc, char** argv) {
       if (!st.ok()) return Fail(std::string(st.message()));
     }
   }
-  if (!port_file.empty()) {
-    std::ofstream out(port_file + ".tmp");
-    out << (*server)->port() << "\n";
+  for (const auto& [file, port] :
+       {std::make_pair(port_file, (*server)->port()),
+        std::make_pair(metrics_port_file, (*server)->metrics_port())}) {
+    if (file.empty()) continue;
+    std::ofstream out(file + ".tmp");
+    out << port << "\n";
     out.close();
-    rename((port_file + ".tmp").c_str(), port_file.c_str());
+    rename((file + ".tmp").c_str(), file.c_str());
   }
   if (dev) {
     if (agent_binary.empty()) {

@@ -345,7 +345,9 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   sample_memory();
 
   MetricsInterval interval({info.job_id, info.attempt, rank, world, batch,
-                            grad_bytes, start, config.steps});
+                            grad_bytes, start, config.steps,
+                            static_cast<uint64_t>(count),
+                            peak.bf16_tflops * 1e12});
   absl::Time timed_start = absl::Now();
   int64_t timed_steps = 0;
   const int64_t first_timed = start + options.warmup_steps;

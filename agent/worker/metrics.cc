@@ -85,6 +85,10 @@ v1::TrainMetrics MetricsInterval::Finish(int64_t step, float loss,
                              static_cast<double>(r.grad_bytes) * 8 * k /
                              allreduce_ / 1e9);
   }
+  if (r.peak_flops > 0 && r.world > 0) {
+    m.set_mfu(6.0 * static_cast<double>(r.params) * m.samples_per_second() /
+              (r.peak_flops * r.world));
+  }
   m.set_peak_memory_bytes(peak_memory_bytes);
   *m.mutable_time() = ToProtoTime(now);
   m.set_resumed_from_step(r.resumed_from_step);

@@ -39,6 +39,10 @@ class MetricsInterval {
     uint64_t grad_bytes = 0;  // all-reduced per step
     int64_t resumed_from_step = 0;
     int64_t total_steps = 0;
+    // For MFU: the model's parameters and one device's peak FLOP/s in the
+    // precision used (0: unknown, no MFU).
+    uint64_t params = 0;
+    double peak_flops = 0;
   };
 
   explicit MetricsInterval(Run run) : run_(std::move(run)) {}

@@ -13,6 +13,7 @@
 #include "common/duration.h"
 #include "common/status.h"
 #include "server/control/controller.h"
+#include "server/control/telemetry.h"
 #include "server/control/launch.h"
 
 namespace xl::control {
@@ -43,7 +44,11 @@ absl::StatusOr<v1::JobEvent> Controller::Transition(JobRecord* rec,
                                                     v1::JobState to,
                                                     const std::string& reason) {
   auto e = jobs_.Transition(rec, to, reason, clock_->Now());
-  if (!e.ok()) Log(e.status().ToString());
+  if (!e.ok()) {
+    Log(e.status().ToString());
+  } else if (opts_.telemetry != nullptr) {
+    opts_.telemetry->ObserveTransition(to);
+  }
   return e;
 }
 

@@ -2,6 +2,7 @@
 // passes on a snapshot outside the lock (the snapshot and applying the
 // decisions are in pass.cc), commits and degraded mode, recovery.
 #include "server/control/controller.h"
+#include "server/control/telemetry.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -323,6 +324,10 @@ void Controller::Tick() {
   scheduler::Decisions decisions =
       scheduler::Schedule(std::move(snapshot), std::move(queue));
   absl::MutexLock lock(&mu_);
+  const absl::Time computed = clock_->MonotonicNow();
+  if (opts_.telemetry != nullptr) {
+    opts_.telemetry->ObservePass(full_pass_, computed - started);
+  }
   ApplyDecisions(std::move(decisions), generation);
   if (full_pass_) {
     const absl::Time now = clock_->MonotonicNow();

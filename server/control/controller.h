@@ -63,6 +63,7 @@
 namespace xl::control {
 
 using state::AgentConnection;
+class SchedulerTelemetry;
 
 struct ControllerOptions {
   // Agents send a heartbeat this often.
@@ -148,6 +149,39 @@ struct ControllerOptions {
   // are stored (a crash loses at most this much usage).
   absl::Duration usage_interval = absl::Seconds(1);
   absl::Duration usage_store_interval = absl::Minutes(1);
+  // Where submits, passes and job ends are counted for /metrics (outlives
+  // the controller); nullptr: nowhere.
+  SchedulerTelemetry* telemetry = nullptr;
+};
+
+// The model as /metrics shows it (CollectMetrics), read under the lock in
+// one walk over jobs and nodes.
+struct ModelMetrics {
+  // (state, queue) -> jobs the scheduler keeps (finished ones until
+  // retention forgets them).
+  std::map<std::pair<std::string, std::string>, int64_t> jobs;
+  // (queue, reason class) -> pending jobs. Classes: resources (no fit yet),
+  // quota (a queue's quota or per-user limit), dependency (after_ok),
+  // fenced (waiting out a lost node's lease), reserved (holds a
+  // reservation: starts when running jobs end), preempting (waits for
+  // the jobs it preempted), unplaced (no pass has looked at it yet).
+  std::map<std::pair<std::string, std::string>, int64_t> pending;
+  // Node state name -> nodes.
+  std::map<std::string, int64_t> nodes;
+  struct Gpus {
+    int64_t capacity = 0;   // on nodes not lost
+    int64_t allocated = 0;  // held by jobs' ranks
+    int64_t free = 0;       // on READY nodes, not held
+  };
+  std::map<std::string, Gpus> gpus;  // by model
+  // Seconds since each connected, not-lost node's last heartbeat.
+  std::vector<std::pair<std::string, double>> heartbeat_age;
+  // The latest metrics of each RUNNING job that reported some.
+  struct Training {
+    std::string job, queue, user;
+    v1::TrainMetrics metrics;
+  };
+  std::vector<Training> training;
 };
 
 class Controller {
@@ -184,6 +218,9 @@ class Controller {
   void Cancel(const std::string& user, const v1::CancelJobRequest& request,
               std::function<void(absl::StatusOr<v1::Job>)> done);
   v1::GetQueueResponse GetQueue();
+  // What /metrics shows of the model (metrics.cc): O(jobs + nodes) under
+  // the lock.
+  ModelMetrics CollectMetrics();
   // Committed events of the job with seq > after_seq; `finished` when the
   // job has ended and every event is in `out`.
   absl::Status ReadEvents(const std::string& job_id, int64_t after_seq,

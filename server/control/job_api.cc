@@ -12,6 +12,7 @@
 #include "common/planner/planner.h"
 #include "common/status.h"
 #include "server/control/controller.h"
+#include "server/control/telemetry.h"
 #include "server/scheduler/job_spec.h"
 
 namespace xl::control {
@@ -76,6 +77,14 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
 void Controller::Submit(
     const std::string& user, v1::SubmitJobRequest request,
     std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
+  if (opts_.telemetry != nullptr && !request.dry_run()) {
+    done = [done = std::move(done), telemetry = opts_.telemetry,
+            clock = clock_, start = clock_->MonotonicNow()](
+               absl::StatusOr<v1::SubmitJobResponse> r) {
+      telemetry->ObserveSubmit(clock->MonotonicNow() - start, r.ok());
+      done(std::move(r));
+    };
+  }
   v1::JobSpec spec = std::move(*request.mutable_spec());
   v1::Plan plan;
   const bool memory_asked = spec.resources().memory_bytes_per_node() > 0;

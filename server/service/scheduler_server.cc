@@ -103,7 +103,13 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   auto lock = store::DbLock::Acquire(opts.db);
   if (!lock.ok()) return lock.status();
   s->lock_ = std::move(*lock);
-  auto store = store::SqliteStore::Open(opts.db);
+  s->telemetry_ = std::make_unique<control::SchedulerTelemetry>();
+  store::StoreOptions store_opts;
+  store_opts.on_commit = [t = s->telemetry_.get()](size_t writes,
+                                                   absl::Duration commit) {
+    t->ObserveCommit(writes, commit);
+  };
+  auto store = store::SqliteStore::Open(opts.db, store_opts);
   if (!store.ok()) return Annotate(store.status(), "--db");
   s->store_ = std::move(*store);
 
@@ -138,6 +144,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   // The controller needs the final address for XL_SCHEDULER, known only
   // after binding; build the services first, start the loop after.
   control::ControllerOptions copts = opts.controller;
+  copts.telemetry = s->telemetry_.get();
   s->controller_ = std::make_unique<Controller>(s->store_.get(),
                                                 RealClock::Get(), copts);
   auto recovered = s->controller_->Recover();
@@ -179,12 +186,27 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   s->address_ = absl::StrCat(host, ":", s->port_);
   s->controller_->SetAdvertiseAddressIfEmpty(s->address_);
   s->controller_->Start();
+  if (!opts.metrics_listen.empty()) {
+    GatewayOptions gw;
+    gw.listen = opts.metrics_listen;
+    gw.auth_enabled = s->authenticator_->enabled();
+    gw.version = opts.version;
+    if (!opts.tls_cert_file.empty()) {
+      gw.tls_cert_file = opts.tls_cert_file;
+      gw.tls_key_file = opts.tls_key_file;
+    }
+    auto gateway = HttpGateway::Start(gw, s->controller_.get(),
+                                      s->telemetry_.get(), s->server_.get());
+    if (!gateway.ok()) return gateway.status();
+    s->gateway_ = std::move(*gateway);
+  }
   return s;
 }
 
 void SchedulerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (gateway_ != nullptr) gateway_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(500));
   server_->Wait();

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/control/telemetry.h"
+#include "server/service/http_gateway.h"
 #include "server/service/services.h"
 #include "server/store/db_lock.h"
 #include "server/store/sqlite_store.h"
@@ -39,6 +41,11 @@ struct ServerOptions {
   // Open WatchJob/StreamLogs streams, in all and per user (0: no limit).
   int max_streams = 20000;
   int max_streams_per_user = 5000;
+  // HOST:PORT of the HTTP side port: Prometheus /metrics, the dashboard
+  // and its JSON API (HttpGateway); HTTPS with the TLS files. Empty: none.
+  std::string metrics_listen;
+  // Shown by /api/info.
+  std::string version = "dev";
 };
 
 // The largest message the scheduler takes, and the largest it sends.
@@ -60,6 +67,15 @@ class SchedulerServer {
   // Auth is on (TLS, tokens and node certificates).
   bool auth_enabled() const { return authenticator_->enabled(); }
   // Non-empty when running with --insecure.
+  // The side port's URL ("https://127.0.0.1:9400"), or "" without one.
+  std::string metrics_url() const {
+    return gateway_ != nullptr ? gateway_->url() : "";
+  }
+  int metrics_port() const {
+    return gateway_ != nullptr ? gateway_->port() : 0;
+  }
+  // For tests and benchmarks: what /metrics would answer now.
+  std::string ScrapeMetrics() { return gateway_ != nullptr ? gateway_->Scrape() : ""; }
   const std::string& security_warning() const {
     return authenticator_->warning();
   }
@@ -68,6 +84,9 @@ class SchedulerServer {
  private:
   SchedulerServer() = default;
   std::unique_ptr<store::DbLock> lock_;
+  // Before store_: the store's writer reports commits to it until the
+  // store is gone.
+  std::unique_ptr<control::SchedulerTelemetry> telemetry_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<auth::TokenStore> tokens_;
   std::unique_ptr<auth::Authenticator> authenticator_;
@@ -80,6 +99,7 @@ class SchedulerServer {
   std::unique_ptr<AgentServiceImpl> agents_;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpGateway> gateway_;
   std::string address_;
   int port_ = 0;
   bool shut_down_ = false;

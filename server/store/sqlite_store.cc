@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
   std::unique_ptr<SqliteStore> store(
       new SqliteStore(std::move(db), std::move(reader)));
   RETURN_IF_ERROR(store->PrepareStatements());
+  store->on_commit_ = options.on_commit;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   store->completer_ = std::thread([s = store.get()] { s->CompletionLoop(); });
   return store;
@@ -654,8 +655,12 @@ absl::Status SqliteStore::RunBatch(Tx& tx, std::vector<PendingWrite>& batch,
     (void)rollback_to_->Run();
     (void)release_->Run();
   }
+  const absl::Time commit_start = absl::Now();
   absl::Status commit = db_->Exec("COMMIT");
   if (!commit.ok() && db_->InTransaction()) (void)db_->Exec("ROLLBACK");
+  if (commit.ok() && on_commit_) {
+    on_commit_(batch.size(), absl::Now() - commit_start);
+  }
   return commit;
 }
 

@@ -13,6 +13,7 @@
 #define XL_SERVER_STORE_SQLITE_STORE_H_
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +37,10 @@ struct StoreOptions {
   // PRAGMA max_page_count on the writer's connection (0: SQLite's default):
   // tests fill it to see what a full disk does (SQLITE_FULL).
   int64_t max_page_count = 0;
+  // Called on the writer thread after each committed transaction with the
+  // writes it grouped and the time its COMMIT (the WAL's fsync) took; must
+  // not block. Empty: none.
+  std::function<void(size_t writes, absl::Duration commit)> on_commit;
 };
 
 class SqliteStore : public Store {
@@ -85,6 +90,9 @@ class SqliteStore : public Store {
   std::unique_ptr<Statement> delete_logs_, delete_job_, delete_events_,
       delete_metrics_, delete_job_holds_;
   std::unique_ptr<Statement> savepoint_, release_, rollback_to_;
+
+  // StoreOptions::on_commit; set before the writer starts.
+  std::function<void(size_t, absl::Duration)> on_commit_;
 
   absl::Mutex reader_mu_;
   std::unique_ptr<Db> reader_ ABSL_GUARDED_BY(reader_mu_);

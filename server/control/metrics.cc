@@ -1,0 +1,77 @@
+// Controller::CollectMetrics: the model as /metrics shows it, in one walk
+// over jobs and nodes under the lock. The pending jobs' reason classes
+// follow what Visible() tells a user (job_api.cc).
+#include <algorithm>
+
+#include "server/control/controller.h"
+
+namespace xl::control {
+
+ModelMetrics Controller::CollectMetrics() {
+  ModelMetrics out;
+  absl::MutexLock lock(&mu_);
+  const absl::Time mono_now = clock_->MonotonicNow();
+  for (const auto& [id, rec] : jobs_.all()) {
+    const v1::Job& job = rec.committed ? *rec.committed : rec.job;
+    if (uncommitted_.count(id) > 0) continue;  // not accepted yet
+    const std::string queue = job.spec().queue().empty()
+                                  ? std::string(scheduler::kDefaultQueue)
+                                  : job.spec().queue();
+    ++out.jobs[{v1::JobState_Name(job.state()), queue}];
+    if (job.state() == v1::PENDING && rec.job.state() == v1::PENDING) {
+      std::string reason = "unplaced";
+      if (rec.eligible_mono > mono_now) {
+        reason = "fenced";
+      } else if (rec.job.spec().after_ok_size() > 0 &&
+                 !DependencyWait(rec, nullptr).empty()) {
+        reason = "dependency";
+      } else if (preempt_holds_.count(rec.id) > 0) {
+        reason = "preempting";
+      } else if (reservations_.count(rec.job.id()) > 0) {
+        reason = "reserved";
+      } else if (auto own = job_reasons_.find(rec.job.id());
+                 own != job_reasons_.end() && own->second != nullptr) {
+        reason = "quota";
+      } else if (class_reasons_.count(rec.request.get()) > 0) {
+        reason = "resources";
+      }
+      ++out.pending[{queue, reason}];
+    }
+    if (rec.job.state() == v1::RUNNING && rec.job.has_metrics()) {
+      out.training.push_back({job.id(), queue, job.user(), rec.job.metrics()});
+    }
+  }
+  for (const auto& [name, node] : nodes_.all()) {
+    if (node.info == nullptr) continue;  // known only from a hold
+    const char* state = node.lost ? "LOST" : node.drained ? "DRAINED" : "READY";
+    ++out.nodes[state];
+    if (node.lost) continue;
+    const v1::NodeInventory& inv = node.inventory;
+    std::vector<bool> held(inv.gpus_size(), false);
+    for (const auto& h : ledger_.Holds(name)) {
+      for (int32_t g : h.share.gpu_indices) {
+        if (g >= 0 && g < inv.gpus_size()) held[g] = true;
+      }
+    }
+    const bool ready = !node.drained && node.conn != nullptr;
+    for (int g = 0; g < inv.gpus_size(); ++g) {
+      ModelMetrics::Gpus& m = out.gpus[inv.gpus(g).model().empty()
+                                           ? std::string("unknown")
+                                           : inv.gpus(g).model()];
+      ++m.capacity;
+      if (held[g]) {
+        ++m.allocated;
+      } else if (ready) {
+        ++m.free;
+      }
+    }
+    if (node.conn != nullptr) {
+      out.heartbeat_age.emplace_back(
+          name, std::max(0.0, absl::ToDoubleSeconds(
+                                  mono_now - node.last_heartbeat_mono)));
+    }
+  }
+  return out;
+}
+
+}  // namespace xl::control

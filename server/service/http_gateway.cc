@@ -1,0 +1,457 @@
+#include "server/service/http_gateway.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/dynamic_message.h>
+#include <google/protobuf/util/json_util.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <chrono>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "server/service/scheduler_server.h"
+
+namespace xl::service {
+namespace {
+
+namespace pb = google::protobuf;
+
+// What the dashboard may call: reads only.
+const std::set<std::string>& ReadMethods() {
+  static const auto* kMethods = new std::set<std::string>{
+      "xl.v1.JobService/GetJob",        "xl.v1.JobService/ExplainJob",
+      "xl.v1.JobService/ListJobs",      "xl.v1.JobService/GetQueue",
+      "xl.v1.JobService/GetJobMetrics", "xl.v1.JobService/PlanResources",
+      "xl.v1.JobService/WatchJob",      "xl.v1.JobService/StreamLogs",
+      "xl.v1.NodeService/ListNodes",    "xl.v1.NodeService/GetNode",
+      "xl.v1.QueueService/ListQueues",  "xl.v1.QueueService/GetShares",
+      "xl.v1.AuthService/WhoAmI"};
+  return *kMethods;
+}
+
+// A server-streaming call ends once it sent this many messages, or sent
+// nothing for kStreamIdle (what is stored has been sent; the rest would be
+// live updates, which the page polls for).
+constexpr int kMaxStreamMessages = 2000;
+constexpr auto kStreamIdle = std::chrono::milliseconds(300);
+constexpr auto kCallDeadline = std::chrono::seconds(10);
+
+int HttpStatusOf(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK: return 200;
+    case grpc::INVALID_ARGUMENT:
+    case grpc::FAILED_PRECONDITION:
+    case grpc::OUT_OF_RANGE: return 400;
+    case grpc::UNAUTHENTICATED: return 401;
+    case grpc::PERMISSION_DENIED: return 403;
+    case grpc::NOT_FOUND: return 404;
+    case grpc::ALREADY_EXISTS:
+    case grpc::ABORTED: return 409;
+    case grpc::RESOURCE_EXHAUSTED: return 429;
+    case grpc::UNIMPLEMENTED: return 501;
+    case grpc::UNAVAILABLE: return 503;
+    case grpc::DEADLINE_EXCEEDED: return 504;
+    default: return 500;
+  }
+}
+
+http::Response JsonResponse(int status, std::string body) {
+  http::Response r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  r.headers.emplace_back("Cache-Control", "no-store");
+  return r;
+}
+
+// A JSON string literal of `text` (RFC 8259 escapes; UTF-8 passes as is).
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+http::Response JsonError(int status, absl::string_view code,
+                         absl::string_view message) {
+  return JsonResponse(
+      status, absl::StrCat("{\"code\":", JsonString(code),
+                           ",\"message\":", JsonString(message), "}"));
+}
+
+http::Response GrpcError(const grpc::Status& s) {
+  return JsonError(
+      HttpStatusOf(s.error_code()),
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
+      s.error_message());
+}
+
+std::string ToJson(const pb::Message& m) {
+  pb::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  (void)pb::util::MessageToJsonString(m, &out, options);
+  return out;
+}
+
+// --- /metrics: the model's families, built at scrape time ---
+
+prometheus::MetricFamily Family(std::string name, std::string help,
+                                prometheus::MetricType type) {
+  prometheus::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void AddGauge(prometheus::MetricFamily* f,
+              std::vector<prometheus::ClientMetric::Label> labels,
+              double value) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  f->metric.push_back(std::move(m));
+}
+
+std::vector<prometheus::MetricFamily> ModelFamilies(
+    const control::ModelMetrics& mm) {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> out;
+  auto jobs = Family("xl_jobs",
+                     "Jobs the scheduler keeps, by state and queue (finished "
+                     "ones until retention forgets them)",
+                     MetricType::Gauge);
+  for (const auto& [key, n] : mm.jobs) {
+    AddGauge(&jobs, {{"state", key.first}, {"queue", key.second}}, n);
+  }
+  out.push_back(std::move(jobs));
+  auto pending = Family(
+      "xl_pending_jobs",
+      "Pending jobs by queue and why they wait: resources, quota, "
+      "dependency, fenced, reserved, preempting, unplaced",
+      MetricType::Gauge);
+  for (const auto& [key, n] : mm.pending) {
+    AddGauge(&pending, {{"queue", key.first}, {"reason", key.second}}, n);
+  }
+  out.push_back(std::move(pending));
+  auto nodes = Family("xl_nodes", "Nodes by state (READY, DRAINED, LOST)",
+                      MetricType::Gauge);
+  for (const auto& [state, n] : mm.nodes) {
+    AddGauge(&nodes, {{"state", state}}, n);
+  }
+  out.push_back(std::move(nodes));
+  auto capacity = Family("xl_gpus_capacity",
+                         "GPUs on nodes not lost, by model", MetricType::Gauge);
+  auto allocated = Family("xl_gpus_allocated",
+                          "GPUs held by jobs' ranks, by model",
+                          MetricType::Gauge);
+  auto free = Family("xl_gpus_free",
+                     "GPUs on READY connected nodes that no rank holds, by "
+                     "model",
+                     MetricType::Gauge);
+  for (const auto& [model, g] : mm.gpus) {
+    AddGauge(&capacity, {{"model", model}}, g.capacity);
+    AddGauge(&allocated, {{"model", model}}, g.allocated);
+    AddGauge(&free, {{"model", model}}, g.free);
+  }
+  out.push_back(std::move(capacity));
+  out.push_back(std::move(allocated));
+  out.push_back(std::move(free));
+  auto age = Family("xl_agent_heartbeat_age_seconds",
+                    "Seconds since each connected node's last heartbeat",
+                    MetricType::Gauge);
+  for (const auto& [node, seconds] : mm.heartbeat_age) {
+    AddGauge(&age, {{"node", node}}, seconds);
+  }
+  out.push_back(std::move(age));
+  struct JobGauge {
+    const char* name;
+    const char* help;
+    double (*value)(const v1::TrainMetrics&);
+  };
+  static const JobGauge kJobGauges[] = {
+      {"xl_job_step", "The last step a running training job reported",
+       [](const v1::TrainMetrics& m) { return static_cast<double>(m.step()); }},
+      {"xl_job_loss", "The training loss it reported last",
+       [](const v1::TrainMetrics& m) { return m.loss(); }},
+      {"xl_job_samples_per_second", "Samples per second, all ranks",
+       [](const v1::TrainMetrics& m) { return m.samples_per_second(); }},
+      {"xl_job_mfu_ratio",
+       "Model FLOPs utilization (0..1) against the peak of the precision "
+       "used; absent where the peak is unknown (CPU)",
+       [](const v1::TrainMetrics& m) { return m.mfu(); }},
+      {"xl_job_allreduce_bus_bandwidth_bytes_per_second",
+       "All-reduce bus bandwidth (2(n-1)/n x bytes / time)",
+       [](const v1::TrainMetrics& m) { return m.allreduce_bus_gbps() * 1e9 / 8; }},
+      {"xl_job_peak_memory_bytes", "Peak memory of rank 0 (GPU or host)",
+       [](const v1::TrainMetrics& m) {
+         return static_cast<double>(m.peak_memory_bytes());
+       }},
+  };
+  for (const JobGauge& g : kJobGauges) {
+    auto f = Family(g.name, g.help, MetricType::Gauge);
+    for (const auto& t : mm.training) {
+      if (std::string(g.name) == "xl_job_mfu_ratio" && t.metrics.mfu() <= 0) {
+        continue;
+      }
+      AddGauge(&f, {{"job", t.job}, {"queue", t.queue}, {"user", t.user}},
+               g.value(t.metrics));
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(
+    GatewayOptions opts, control::Controller* controller,
+    control::SchedulerTelemetry* telemetry, grpc::Server* server) {
+  std::unique_ptr<HttpGateway> g(new HttpGateway());
+  g->opts_ = std::move(opts);
+  g->controller_ = controller;
+  g->telemetry_ = telemetry;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
+  g->channel_ = server->InProcessChannel(args);
+  g->stub_ = std::make_unique<grpc::GenericStub>(g->channel_);
+  http::ServerOptions http_opts;
+  http_opts.listen = g->opts_.listen;
+  http_opts.tls_cert_file = g->opts_.tls_cert_file;
+  http_opts.tls_key_file = g->opts_.tls_key_file;
+  HttpGateway* raw = g.get();
+  auto http = http::Server::Start(
+      http_opts, [raw](const http::Request& req) { return raw->Handle(req); });
+  if (!http.ok()) {
+    return absl::Status(http.status().code(),
+                        absl::StrCat("--metrics-listen: ",
+                                     http.status().message()));
+  }
+  g->http_ = std::move(*http);
+  return g;
+}
+
+HttpGateway::~HttpGateway() { Stop(); }
+
+void HttpGateway::Stop() {
+  if (http_) http_->Stop();
+}
+
+std::string HttpGateway::Scrape() {
+  std::vector<prometheus::MetricFamily> families =
+      telemetry_->registry().Collect();
+  for (auto& f : ModelFamilies(controller_->CollectMetrics())) {
+    families.push_back(std::move(f));
+  }
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+http::Response HttpGateway::Handle(const http::Request& req) {
+  if (req.path == "/metrics") {
+    if (req.method != "GET") return http::TextResponse(405, "use GET");
+    http::Response r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = Scrape();
+    return r;
+  }
+  if (req.path == "/healthz") return http::TextResponse(200, "ok");
+  if (req.path == "/api/info") {
+    return JsonResponse(
+        200, absl::StrCat("{\"auth_enabled\":",
+                          opts_.auth_enabled ? "true" : "false",
+                          ",\"version\":", JsonString(opts_.version),
+                          "}"));
+  }
+  if (absl::StartsWith(req.path, "/api/")) {
+    const std::string method = req.path.substr(5);
+    if (ReadMethods().count(method) == 0) {
+      return JsonError(
+          404, "NOT_FOUND",
+          absl::StrCat("no API method '", method,
+                       "' here; the dashboard's API serves the read methods "
+                       "of xl.v1 (e.g. POST /api/xl.v1.JobService/ListJobs); "
+                       "use xlctl or gRPC for the rest"));
+    }
+    if (req.method != "POST") {
+      return JsonError(405, "INVALID_ARGUMENT",
+                       "POST the request message as JSON");
+    }
+    return Api(req, method);
+  }
+  if (req.method != "GET") return http::TextResponse(405, "use GET");
+  const std::string path = req.path == "/" ? "/index.html" : req.path;
+  const auto& assets = WebAssets();
+  auto it = assets.find(path);
+  if (it == assets.end()) {
+    return http::TextResponse(
+        404, absl::StrCat("nothing at ", req.path,
+                          "; the dashboard is at /, metrics at /metrics"));
+  }
+  http::Response r;
+  r.content_type = it->second.content_type;
+  r.body = it->second.body;
+  r.headers.emplace_back("Content-Security-Policy",
+                         "default-src 'self'; frame-ancestors 'none'");
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  return r;
+}
+
+http::Response HttpGateway::Api(const http::Request& req,
+                                const std::string& method) {
+  const std::string full = absl::StrReplaceAll(method, {{"/", "."}});
+  const pb::MethodDescriptor* md =
+      pb::DescriptorPool::generated_pool()->FindMethodByName(full);
+  const pb::Message* in_proto =
+      md == nullptr
+          ? nullptr
+          : pb::MessageFactory::generated_factory()->GetPrototype(
+                md->input_type());
+  const pb::Message* out_proto =
+      md == nullptr
+          ? nullptr
+          : pb::MessageFactory::generated_factory()->GetPrototype(
+                md->output_type());
+  if (in_proto == nullptr || out_proto == nullptr) {
+    return JsonError(501, "UNIMPLEMENTED",
+                     absl::StrCat(method, " is not compiled into this "
+                                          "scheduler"));
+  }
+  std::unique_ptr<pb::Message> request(in_proto->New());
+  const std::string body = req.body.empty() ? "{}" : req.body;
+  pb::util::JsonParseOptions parse;
+  if (auto st = pb::util::JsonStringToMessage(body, request.get(), parse);
+      !st.ok()) {
+    return JsonError(400, "INVALID_ARGUMENT",
+                     absl::StrCat("the body is not a ",
+                                  md->input_type()->full_name(),
+                                  " in JSON: ", st.ToString()));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  if (std::string auth = req.Header("authorization"); !auth.empty()) {
+    ctx.AddMetadata("authorization", auth);
+  }
+  // With auth off the caller names itself, as with the gRPC API.
+  if (std::string user = req.Header("x-xl-user"); !user.empty()) {
+    ctx.AddMetadata("x-xl-user", user);
+  }
+  std::string bytes;
+  request->SerializeToString(&bytes);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer send(&slice, 1);
+  auto decode = [&](const grpc::ByteBuffer& buf,
+                    std::string* json) -> bool {
+    std::vector<grpc::Slice> slices;
+    if (!buf.Dump(&slices).ok()) return false;
+    std::string raw;
+    for (const grpc::Slice& s : slices) {
+      raw.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    std::unique_ptr<pb::Message> reply(out_proto->New());
+    if (!reply->ParseFromString(raw)) return false;
+    *json = ToJson(*reply);
+    return true;
+  };
+  const std::string path = "/" + method;
+
+  if (!md->server_streaming()) {
+    grpc::ByteBuffer received;
+    absl::Mutex mu;
+    bool done = false;
+    grpc::Status status;
+    stub_->UnaryCall(&ctx, path, grpc::StubOptions(), &send, &received,
+                     [&](grpc::Status s) {
+                       absl::MutexLock l(&mu);
+                       status = std::move(s);
+                       done = true;
+                     });
+    {
+      absl::MutexLock l(&mu);
+      mu.Await(absl::Condition(&done));
+    }
+    if (!status.ok()) return GrpcError(status);
+    std::string json;
+    if (!decode(received, &json)) {
+      return JsonError(500, "INTERNAL", "the reply could not be decoded");
+    }
+    return JsonResponse(200, std::move(json));
+  }
+
+  // Server streaming, through a completion queue: every operation is
+  // waited for before the next starts, so each Next() returns its own tag.
+  grpc::CompletionQueue cq;
+  auto call = stub_->PrepareCall(&ctx, path, &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  auto step = [&](void* want) {
+    return cq.Next(&tag, &ok) && tag == want && ok;
+  };
+  std::string json = "{\"messages\":[";
+  int count = 0;
+  bool sent = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  if (step(reinterpret_cast<void*>(1))) {
+    call->Write(send, reinterpret_cast<void*>(2));
+    if (step(reinterpret_cast<void*>(2))) {
+      call->WritesDone(reinterpret_cast<void*>(3));
+      sent = step(reinterpret_cast<void*>(3));
+    }
+  }
+  bool cancelled = false;
+  while (sent && count < kMaxStreamMessages) {
+    grpc::ByteBuffer buf;
+    call->Read(&buf, reinterpret_cast<void*>(4));
+    auto next = cq.AsyncNext(&tag, &ok,
+                             std::chrono::system_clock::now() + kStreamIdle);
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      ctx.TryCancel();
+      cancelled = true;
+      cq.Next(&tag, &ok);  // the Read, failed by the cancel
+      break;
+    }
+    if (next != grpc::CompletionQueue::GOT_EVENT || !ok) break;
+    std::string one;
+    if (!decode(buf, &one)) break;
+    if (count++ > 0) json += ",";
+    json += one;
+  }
+  if (count >= kMaxStreamMessages && !cancelled) {
+    ctx.TryCancel();
+    cancelled = true;
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (!status.ok() && !(cancelled && status.error_code() == grpc::CANCELLED)) {
+    return GrpcError(status);
+  }
+  json += "]}";
+  return JsonResponse(200, std::move(json));
+}
+
+}  // namespace xl::service
