@@ -1,4 +1,5 @@
 #include "client/cli.h"
+#include "client/completion.h"
 
 #include <pwd.h>
 #include <unistd.h>
@@ -154,8 +155,9 @@ CommandLine::CommandLine()
                  "(`wait --timeout` is different: how long to wait)")
       ->capture_default_str();
   app.add_option("-o,--output", inv.output,
-                 "output format: table, json or yaml")
-      ->check(CLI::IsMember({"table", "json", "yaml"}, CLI::ignore_case))
+                 "output format: table, json or yaml (csv: `xlctl metrics` "
+                 "only)")
+      ->check(CLI::IsMember({"table", "json", "yaml", "csv"}, CLI::ignore_case))
       ->capture_default_str();
 
   auto add = [&](const std::string& name, const std::string& help) {
@@ -444,10 +446,20 @@ CommandLine::CommandLine()
   metrics->footer(
       "Columns: TIME, ATTEMPT, STEP (step/total), LOSS, SAMPLES/S, STEP MS, "
       "ALLREDUCE MS, DATA WAIT MS, BUS GBIT/S (all-reduce bus bandwidth), "
-      "MEM (peak). -o json|yaml print the GetJobMetricsResponse.\n"
+      "MEM (peak). -o json|yaml print the GetJobMetricsResponse; -o csv "
+      "prints every field of every point, for spreadsheets and plots.\n"
       "Global flags (--server, --user, --timeout, -o) are listed by "
       "'xlctl --help'; exit codes too.");
   job_arg(metrics);
+
+  CLI::App* completion =
+      add("completion",
+          "Print a shell completion script: source <(xlctl completion "
+          "bash) in ~/.bashrc, or source <(xlctl completion zsh) in "
+          "~/.zshrc.");
+  completion->add_option("SHELL", inv.completion_shell, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
 
   add("nodes",
       "List the nodes: state, GPUs used/total, GPU model, CPUs, "
@@ -690,6 +702,10 @@ std::optional<int> CommandLine::Parse(std::vector<std::string> args,
     return kExitUsage;
   }
   Resolve();
+  if (invocation_.command == "completion") {
+    out << CompletionScript(*app_, invocation_.completion_shell);
+    return 0;
+  }
   if (flags_->saw_dashes) {
     if (invocation_.command != "submit") {
       err << "xlctl: a command after -- is only taken by 'xlctl submit'; "
@@ -798,6 +814,11 @@ absl::Status ResolveCredentials(Invocation* inv) {
 absl::Status RunStatus(const Invocation& inv, std::ostream& out,
                        std::ostream& err) {
   ASSIGN_OR_RETURN(OutputFormat format, ParseOutputFormat(inv.output));
+  if (format == OutputFormat::kCsv && inv.command != "metrics") {
+    return UsageError(absl::StrCat(
+        "-o csv: only `xlctl metrics` prints CSV; use -o json or -o yaml "
+        "for `xlctl ", inv.command, "`"));
+  }
   ASSIGN_OR_RETURN(absl::Duration timeout,
                    ParseDurationFlag("--timeout", inv.timeout));
   if (timeout <= absl::ZeroDuration()) {

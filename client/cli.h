@@ -67,6 +67,8 @@ struct Invocation {
   TokenFlags token_cmd;
   // xlctl queue and its subcommands.
   QueueOptions queue;
+  // The shell of `xlctl completion`: "bash" or "zsh".
+  std::string completion_shell;
 };
 
 class CommandLine {

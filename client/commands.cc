@@ -362,6 +362,10 @@ absl::Status Commands::Metrics(const std::string& job_id) {
     return connection_->CallError(
         status, absl::StrCat("metrics of job ", job_id), kJobHint);
   }
+  if (format_ == OutputFormat::kCsv) {
+    *out_ << MetricsCsv(response.points());
+    return absl::OkStatus();
+  }
   if (format_ != OutputFormat::kTable) {
     *out_ << RenderMessage(response, format_);
     return absl::OkStatus();

@@ -254,8 +254,9 @@ absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
   if (lower == "table") return OutputFormat::kTable;
   if (lower == "json") return OutputFormat::kJson;
   if (lower == "yaml") return OutputFormat::kYaml;
+  if (lower == "csv") return OutputFormat::kCsv;
   return UsageError(absl::StrCat("-o: unknown output format \"", text,
-                                 "\"; use table, json or yaml"));
+                                 "\"; use table, json, yaml or csv"));
 }
 
 std::string RenderMessage(const google::protobuf::Message& message,
@@ -584,6 +585,32 @@ std::string MetricsTable(const RepeatedPtrField<xl::v1::TrainMetrics>& points,
          xl::HumanBytes(m.peak_memory_bytes())});
   }
   return table.Render();
+}
+
+std::string MetricsCsv(
+    const RepeatedPtrField<xl::v1::TrainMetrics>& points) {
+  std::string out =
+      "time,attempt,rank,step,total_steps,loss,samples_per_second,"
+      "step_seconds,compute_seconds,allreduce_seconds,data_wait_seconds,"
+      "allreduce_bus_gbps,mfu,peak_memory_bytes\n";
+  for (const xl::v1::TrainMetrics& m : points) {
+    // RFC 3339 in UTC, and every number in full: the file is for tools.
+    const std::string time =
+        m.has_time() ? absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ",
+                                        xl::FromProto(m.time()),
+                                        absl::UTCTimeZone())
+                     : "";
+    absl::StrAppend(
+        &out, time, ",", m.attempt(), ",", m.rank(), ",", m.step(), ",",
+        m.total_steps(), ",",
+        absl::StrFormat("%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g", m.loss(),
+                        m.samples_per_second(), m.step_seconds(),
+                        m.compute_seconds(), m.allreduce_seconds(),
+                        m.data_wait_seconds(), m.allreduce_bus_gbps(),
+                        m.mfu()),
+        ",", m.peak_memory_bytes(), "\n");
+  }
+  return out;
 }
 
 namespace {

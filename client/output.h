@@ -25,9 +25,10 @@
 
 namespace xl::client {
 
-enum class OutputFormat { kTable, kJson, kYaml };
+// kCsv: `xlctl metrics` only.
+enum class OutputFormat { kTable, kJson, kYaml, kCsv };
 
-// "table", "json" or "yaml"; INVALID_ARGUMENT naming -o otherwise.
+// "table", "json", "yaml" or "csv"; INVALID_ARGUMENT naming -o otherwise.
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
 
 // What a table needs besides the message: the time ages are measured from,
@@ -97,6 +98,11 @@ std::string TopTable(
 std::string MetricsTable(
     const google::protobuf::RepeatedPtrField<xl::v1::TrainMetrics>& points,
     const RenderContext& context);
+
+// `xlctl metrics -o csv`: a header line, then one line per point with
+// every field of TrainMetrics (time in RFC 3339 UTC, numbers in full).
+std::string MetricsCsv(
+    const google::protobuf::RepeatedPtrField<xl::v1::TrainMetrics>& points);
 
 // The `xlctl nodes` table: NAME, STATE, GPUS used/total, GPU MODEL, CPUS
 // used/total, MEMORY used/total, NVME FREE, NIC GBIT/S (fastest NIC), LABELS,

@@ -410,6 +410,14 @@ TEST_F(CliTest, RunReportsBadInputWithoutContactingTheScheduler) {
   std::ostringstream err2;
   EXPECT_EQ(RunInvocation(bad_timeout.invocation(), out, err2), kExitUsage);
   EXPECT_THAT(err2.str(), StartsWith("xlctl: --timeout"));
+
+  CommandLine csv;
+  ASSERT_EQ(csv.Parse({"--server", "127.0.0.1:1", "-o", "csv", "list"}, out,
+                      err),
+            std::nullopt);
+  std::ostringstream err3;
+  EXPECT_EQ(RunInvocation(csv.invocation(), out, err3), kExitUsage);
+  EXPECT_THAT(err3.str(), HasSubstr("only `xlctl metrics` prints CSV"));
 }
 
 TEST_F(CliTest, RunMapsUnreachableSchedulerToFour) {

@@ -790,6 +790,29 @@ TEST_F(CommandsTest, MetricsTableAndJson) {
   EXPECT_DOUBLE_EQ(response.points(1).loss(), 1.75);
 }
 
+TEST_F(CommandsTest, MetricsAsCsvCarryEveryFieldInFull) {
+  SetJob("5", v1::RUNNING);
+  {
+    absl::MutexLock lock(&jobs_.mu_);
+    v1::TrainMetrics m = Metrics(20, 1.0 / 3);
+    m.set_mfu(0.625);
+    *jobs_.metrics_.add_points() = Metrics(10, 2.5);
+    *jobs_.metrics_.add_points() = m;
+  }
+  ASSERT_TRUE(Make(OutputFormat::kCsv)->Metrics("5").ok());
+  std::vector<std::string> lines =
+      absl::StrSplit(out_.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << out_.str();
+  EXPECT_EQ(lines[0],
+            "time,attempt,rank,step,total_steps,loss,samples_per_second,"
+            "step_seconds,compute_seconds,allreduce_seconds,"
+            "data_wait_seconds,allreduce_bus_gbps,mfu,peak_memory_bytes");
+  EXPECT_EQ(lines[2],
+            "2023-11-14T22:13:20Z,1,0,20,100,0.333333333,2048,0.125,0.1,"
+            "0.02,0.001,87.5,0.625,3221225472");
+  EXPECT_TRUE(err_.str().empty()) << err_.str();
+}
+
 TEST_F(CommandsTest, MetricsOfAJobWithoutAnySaysSo) {
   SetJob("5", v1::RUNNING);
   ASSERT_TRUE(Make()->Metrics("5").ok());
