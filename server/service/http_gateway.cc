@@ -262,7 +262,23 @@ void HttpGateway::Stop() {
 std::string HttpGateway::Scrape() {
   std::vector<prometheus::MetricFamily> families =
       telemetry_->registry().Collect();
-  for (auto& f : ModelFamilies(controller_->CollectMetrics())) {
+  std::shared_ptr<const control::ModelMetrics> model;
+  {
+    // One walk of the model serves every scrape within kModelReuse, and
+    // scrapes that arrive during a walk wait for it rather than start
+    // their own: however many scrapers there are, the controller's lock
+    // is held for this at most once a second.
+    absl::MutexLock lock(&model_mu_);
+    const absl::Time now = absl::Now();
+    if (model_ == nullptr || now - model_at_ >= kModelReuse ||
+        now < model_at_) {
+      model_ = std::make_shared<const control::ModelMetrics>(
+          controller_->CollectMetrics());
+      model_at_ = now;
+    }
+    model = model_;
+  }
+  for (auto& f : ModelFamilies(*model)) {
     families.push_back(std::move(f));
   }
   return prometheus::TextSerializer().Serialize(families);

@@ -62,7 +62,8 @@ class HttpGateway {
   // Stops taking requests and waits for those in flight.
   void Stop();
 
-  // The /metrics body (also for tests and benchmarks).
+  // The /metrics body (also for tests and benchmarks). The model's part is
+  // at most kModelReuse old; counters and histograms are live.
   std::string Scrape();
 
  private:
@@ -76,6 +77,12 @@ class HttpGateway {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<grpc::GenericStub> stub_;
   std::unique_ptr<http::Server> http_;
+
+  // The last walk of the model, reused by scrapes for a second.
+  static constexpr absl::Duration kModelReuse = absl::Seconds(1);
+  absl::Mutex model_mu_;
+  std::shared_ptr<const control::ModelMetrics> model_ ABSL_GUARDED_BY(model_mu_);
+  absl::Time model_at_ ABSL_GUARDED_BY(model_mu_);
 };
 
 }  // namespace xl::service

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -849,6 +850,71 @@ std::string SimulatedFleet::NodeName(int index) const {
 int SimulatedFleet::nodes() const { return impl_->opts_.nodes; }
 int SimulatedFleet::total_gpus() const {
   return impl_->opts_.nodes * impl_->opts_.gpus_per_node;
+}
+
+// --- submitting ---
+
+v1::SubmitJobRequest GpuSubmitRequest(const std::string& key, int gpus,
+                                          int64_t runtime_ms) {
+  v1::SubmitJobRequest req;
+  auto* spec = req.mutable_spec();
+  spec->set_name("bench");
+  spec->add_command("/bin/true");
+  spec->mutable_resources()->set_nodes(1);
+  spec->mutable_resources()->set_gpus_per_node(gpus);
+  (*spec->mutable_env())[kRuntimeEnv] = std::to_string(runtime_ms);
+  req.set_idempotency_key(key);
+  return req;
+}
+
+// Submits requests 0..count-1 (`make(n)`), 32 in flight; false when one
+// fails or they take longer than 120 s (the reason is on stderr).
+bool SubmitAll(v1::JobService::Stub* stub, int count,
+               const std::function<v1::SubmitJobRequest(int)>& make) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    int next = 0, answered = 0, failed = 0;
+    bool stop = false;
+  };
+  auto state = std::make_shared<State>();
+  std::function<void()> issue;
+  issue = [=, &issue]() {
+    int n;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->next >= count || state->stop) return;
+      n = state->next++;
+    }
+    auto* ctx = new grpc::ClientContext();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto* req = new v1::SubmitJobRequest(make(n));
+    auto* resp = new v1::SubmitJobResponse();
+    stub->async()->SubmitJob(ctx, req, resp, [=, &issue](grpc::Status s) {
+      delete ctx; delete req; delete resp;
+      // The next call first: once `answered` counts this one, SubmitAll may
+      // return and `issue` go away.
+      issue();
+      std::lock_guard<std::mutex> lock(state->mu);
+      ++state->answered;
+      if (!s.ok() && state->failed++ == 0) {
+        fprintf(stderr, "bench: SubmitJob failed: %s\n", s.error_message().c_str());
+      }
+      state->cv.notify_all();
+    });
+  };
+  for (int i = 0; i < 32; ++i) issue();
+  std::unique_lock<std::mutex> lock(state->mu);
+  bool done = state->cv.wait_for(lock, std::chrono::seconds(120),
+                                 [&] { return state->answered == count; });
+  if (!done) {
+    fprintf(stderr, "bench: %d of %d submits answered in 120 s\n", state->answered,
+            count);
+    // Calls in flight refer to `issue`: wait for them before it goes away.
+    state->stop = true;
+    state->cv.wait(lock, [&] { return state->answered == state->next; });
+  }
+  return done && state->failed == 0;
 }
 
 }  // namespace xl::bench

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -235,6 +236,16 @@ std::shared_ptr<grpc::Channel> ControlChannel(const std::string& target);
 
 // A fresh directory under the system temp directory ("xl-<tag>-XXXXXX").
 absl::StatusOr<std::string> MakeTempDir(const std::string& tag);
+
+// A job of one node with `gpus` GPUs whose simulated ranks run
+// `runtime_ms`, with idempotency key `key`.
+v1::SubmitJobRequest GpuSubmitRequest(const std::string& key, int gpus,
+                                      int64_t runtime_ms);
+
+// Submits requests 0..count-1 (`make(n)`), 32 in flight; false when one
+// fails or they take longer than 120 s (the reason is on stderr).
+bool SubmitAll(v1::JobService::Stub* stub, int count,
+               const std::function<v1::SubmitJobRequest(int)>& make);
 
 }  // namespace xl::bench
 

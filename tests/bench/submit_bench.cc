@@ -173,18 +173,6 @@ xl::v1::SubmitJobRequest SubmitRequest(int nodes, long n) {
 }
 
 // A 1-node job of `gpus` GPUs whose simulated ranks run `runtime_ms`.
-xl::v1::SubmitJobRequest GpuSubmitRequest(const std::string& key, int gpus,
-                                          int64_t runtime_ms) {
-  xl::v1::SubmitJobRequest req;
-  auto* spec = req.mutable_spec();
-  spec->set_name("bench");
-  spec->add_command("/bin/true");
-  spec->mutable_resources()->set_nodes(1);
-  spec->mutable_resources()->set_gpus_per_node(gpus);
-  (*spec->mutable_env())[xl::bench::kRuntimeEnv] = std::to_string(runtime_ms);
-  req.set_idempotency_key(key);
-  return req;
-}
 
 // The health check and durable submits (1 node, 8 GPUs, an hour long) at
 // concurrency 64 on one server.
@@ -216,7 +204,7 @@ FleetRow MeasureWithNodes(const std::string& target, int nodes, double seconds,
   row.submit = ClosedLoop(64, seconds, [&](std::function<void(bool)> done) {
     auto* ctx = new grpc::ClientContext();
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto* req = new xl::v1::SubmitJobRequest(GpuSubmitRequest(
+    auto* req = new xl::v1::SubmitJobRequest(xl::bench::GpuSubmitRequest(
         "bench-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(seq++), 8,
         3600 * 1000));
     auto* resp = new xl::v1::SubmitJobResponse();
@@ -228,55 +216,6 @@ FleetRow MeasureWithNodes(const std::string& target, int nodes, double seconds,
   return row;
 }
 
-// Submits requests 0..count-1 (`make(n)`), 32 in flight; false when one
-// fails or they take longer than 120 s (the reason is on stderr).
-template <typename MakeRequest>
-bool SubmitAll(xl::v1::JobService::Stub* stub, int count, MakeRequest make) {
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    int next = 0, answered = 0, failed = 0;
-    bool stop = false;
-  };
-  auto state = std::make_shared<State>();
-  std::function<void()> issue;
-  issue = [=, &issue]() {
-    int n;
-    {
-      std::lock_guard<std::mutex> lock(state->mu);
-      if (state->next >= count || state->stop) return;
-      n = state->next++;
-    }
-    auto* ctx = new grpc::ClientContext();
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto* req = new xl::v1::SubmitJobRequest(make(n));
-    auto* resp = new xl::v1::SubmitJobResponse();
-    stub->async()->SubmitJob(ctx, req, resp, [=, &issue](grpc::Status s) {
-      delete ctx; delete req; delete resp;
-      // The next call first: once `answered` counts this one, SubmitAll may
-      // return and `issue` go away.
-      issue();
-      std::lock_guard<std::mutex> lock(state->mu);
-      ++state->answered;
-      if (!s.ok() && state->failed++ == 0) {
-        fprintf(stderr, "submit_bench: SubmitJob failed: %s\n", s.error_message().c_str());
-      }
-      state->cv.notify_all();
-    });
-  };
-  for (int i = 0; i < 32; ++i) issue();
-  std::unique_lock<std::mutex> lock(state->mu);
-  bool done = state->cv.wait_for(lock, std::chrono::seconds(120),
-                                 [&] { return state->answered == count; });
-  if (!done) {
-    fprintf(stderr, "submit_bench: %d of %d submits answered in 120 s\n", state->answered,
-            count);
-    // Calls in flight refer to `issue`: wait for them before it goes away.
-    state->stop = true;
-    state->cv.wait(lock, [&] { return state->answered == state->next; });
-  }
-  return done && state->failed == 0;
-}
 
 // Starts a scheduler with `nodes` simulated agents, fills about half their
 // GPUs with hour-long 1-node 4-GPU jobs, then measures. False when the fleet
@@ -301,8 +240,8 @@ bool MeasureFleet(const std::string& scheduler, const std::string& dir, int node
   const int fill_jobs = fleet.total_gpus() / 2 / 4;
   auto stub = xl::v1::JobService::NewStub(
       grpc::CreateChannel(fo.target, grpc::InsecureChannelCredentials()));
-  if (!SubmitAll(stub.get(), fill_jobs, [](int n) {
-        return GpuSubmitRequest("fill-" + std::to_string(n), 4, 3600 * 1000);
+  if (!xl::bench::SubmitAll(stub.get(), fill_jobs, [](int n) {
+        return xl::bench::GpuSubmitRequest("fill-" + std::to_string(n), 4, 3600 * 1000);
       })) {
     return false;
   }
