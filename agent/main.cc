@@ -136,6 +136,8 @@ int Main(int argc, char** argv) {
                  "value` line per long option, e.g. work-dir = "
                  "\"/var/lib/xl-agent\"); flags given on the command line "
                  "win");
+  // A misspelt key in the file is an error, as a misspelt flag is.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--scheduler", scheduler,
                  "HOST:PORT of xl-scheduler (required unless "
                  "--print-inventory)");

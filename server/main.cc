@@ -298,6 +298,8 @@ int main(int argc, char** argv) {
                  "read options from this file first (TOML: one `name = "
                  "value` line per long option, e.g. listen = "
                  "\"0.0.0.0:7070\"); flags given on the command line win");
+  // A misspelt key in the file is an error, as a misspelt flag is.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   std::string dev_env;
   app.add_option("--tls-cert", opts.tls_cert_file,
                  "the server's TLS certificate (PEM); with --tls-key and "

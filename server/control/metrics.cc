@@ -24,9 +24,11 @@ ModelMetrics Controller::CollectMetrics() {
   for (const auto& [id, rec] : jobs_.all()) {
     const v1::Job& job = rec.committed ? *rec.committed : rec.job;
     if (uncommitted_.count(id) > 0) continue;  // not accepted yet
-    const absl::string_view queue = job.spec().queue().empty()
-                                        ? scheduler::kDefaultQueue
-                                        : job.spec().queue();
+    // Both arms views: a ternary of a char array and a std::string would
+    // make a temporary string, and the view would outlive it.
+    const absl::string_view queue =
+        job.spec().queue().empty() ? absl::string_view(scheduler::kDefaultQueue)
+                                   : absl::string_view(job.spec().queue());
     ++jobs[{job.state(), queue}];
     if (job.state() == v1::PENDING && rec.job.state() == v1::PENDING) {
       const char* reason = "unplaced";

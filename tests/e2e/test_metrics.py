@@ -22,7 +22,10 @@ MODEL = "NVIDIA H100 80GB HBM3"
 
 def scrape(url):
     with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
+        raw = r.read()
+    if os.environ.get("XL_DUMP_SCRAPE"):
+        open(os.environ["XL_DUMP_SCRAPE"], "wb").write(raw)
+    text = raw.decode()
     samples = {}
     families = {}
     for family in text_string_to_metric_families(text):
