@@ -197,8 +197,20 @@ CommandLine::CommandLine()
       "the same idempotency key, so the job is created at most once.\n"
       "Global flags (--server, --user, --timeout, -o) and exit codes: "
       "'xlctl --help'.");
-  submit->add_option("JOB_FILE", inv.submit.job_file,
-                     "YAML or JSON job file (optional with -- COMMAND)");
+  CLI::Option* job_file_opt = submit->add_option(
+      "JOB_FILE", inv.submit.job_file,
+      "YAML or JSON job file (optional with -- COMMAND)");
+  submit
+      ->add_option("--sbatch", inv.submit.sbatch_file,
+                   "a Slurm batch script instead of a job file: its #SBATCH "
+                   "lines (nodes, ntasks[-per-node], gres=gpu:N, time, "
+                   "job-name, partition as queue, mem, cpus-per-task, "
+                   "dependency=afterok, export) make the job, flags given "
+                   "here win, arguments after -- go to the script; it runs "
+                   "once per rank with SLURM_* set and srun running its "
+                   "command in place; what xl cannot honour is refused with "
+                   "the line named")
+      ->excludes(job_file_opt);
   f.name_opt = submit->add_option("--name", f.name, "job name");
   f.queue_opt = submit->add_option("--queue", f.queue, "queue (project)");
   f.priority_opt = submit->add_option("--priority", f.priority,

@@ -158,8 +158,11 @@ absl::StatusOr<xl::v1::Job> Commands::GetJob(const std::string& job_id) {
 }
 
 absl::Status Commands::Submit(const SubmitOptions& options) {
-  ASSIGN_OR_RETURN(xl::v1::JobSpec spec,
-                   BuildJobSpec(options.job_file, options.overrides));
+  ASSIGN_OR_RETURN(
+      xl::v1::JobSpec spec,
+      options.sbatch_file.empty()
+          ? BuildJobSpec(options.job_file, options.overrides)
+          : BuildSbatchJobSpec(options.sbatch_file, options.overrides));
   xl::v1::SubmitJobRequest request;
   *request.mutable_spec() = std::move(spec);
   request.set_idempotency_key(options.idempotency_key.empty()

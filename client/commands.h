@@ -34,6 +34,8 @@ struct SubmitOptions {
   std::string idempotency_key;
   // Show the placement it would get now; queue nothing.
   bool dry_run = false;
+  // --sbatch: a Slurm batch script instead of a job file.
+  std::string sbatch_file;
 };
 
 struct ListOptions {

@@ -1,7 +1,12 @@
 #include "client/job_file.h"
+#include "client/sbatch.h"
 
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -143,6 +148,33 @@ absl::StatusOr<xl::v1::JobSpec> BuildJobSpec(const std::string& path,
             : absl::StrCat(path,
                            ": the job has no command; add command: [...] "
                            "to the file or give it after --"));
+  }
+  return spec;
+}
+
+absl::StatusOr<xl::v1::JobSpec> BuildSbatchJobSpec(
+    const std::string& script, const JobOverrides& overrides) {
+  std::ifstream in(script);
+  if (!in) {
+    return UsageError(absl::StrCat("--sbatch: cannot read ", script, ": ",
+                                   std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::error_code ec;
+  const std::string absolute =
+      std::filesystem::absolute(script, ec).lexically_normal().string();
+  if (ec) return UsageError(absl::StrCat("--sbatch: ", script, ": ", ec.message()));
+  JobOverrides rest = overrides;
+  const std::vector<std::string> args = std::move(rest.command);
+  rest.command.clear();
+  auto spec = JobSpecFromSbatch(absolute, text.str(), args);
+  if (!spec.ok()) return UsageError(spec.status().message());
+  RETURN_IF_ERROR(ApplyOverrides(rest, &*spec));
+  const auto cwd = std::filesystem::current_path(ec);
+  if (!ec) {
+    (*spec->mutable_env())["SLURM_SUBMIT_DIR"] = cwd.string();
+    if (spec->working_dir().empty()) spec->set_working_dir(cwd.string());
   }
   return spec;
 }

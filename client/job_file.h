@@ -65,6 +65,14 @@ absl::Status ApplyOverrides(const JobOverrides& overrides,
 absl::StatusOr<xl::v1::JobSpec> BuildJobSpec(const std::string& path,
                                              const JobOverrides& overrides);
 
+// The spec of `xlctl submit --sbatch SCRIPT [flags] [-- ARGS]`: the
+// script's #SBATCH lines (client/sbatch.h), then the flags (which win, as
+// sbatch's command line wins over its script), the arguments after -- given
+// to the script. INVALID_ARGUMENT naming the script's line for what xl
+// cannot honour.
+absl::StatusOr<xl::v1::JobSpec> BuildSbatchJobSpec(
+    const std::string& script, const JobOverrides& overrides);
+
 // Parses a duration flag: "600s", "10m", "1h30m", "250ms", or a plain number
 // of seconds. INVALID_ARGUMENT naming `flag` for anything else or a negative
 // duration.

@@ -163,6 +163,40 @@ class JobLifecycle(E2E):
         self.assertIn("resources.nodes", r.stderr)
         self.assertEqual(len(self.c.json("list").get("jobs", [])), before)
 
+    def test_a_slurm_batch_script_runs_unchanged_and_what_it_cannot_is_refused(self):
+        s = self.script("train.sbatch", """\
+            #!/bin/bash
+            #SBATCH --job-name=slurmy
+            #SBATCH --nodes=2
+            #SBATCH --ntasks-per-node=2
+            #SBATCH --time=00:05:00
+            #SBATCH --output=slurm-%j.out
+            echo "task $SLURM_PROCID of $SLURM_NTASKS node $SLURM_NODEID local $SLURM_LOCALID arg $1"
+            srun -n 4 --label bash -c 'echo "srun ran as $SLURM_PROCID in $SLURM_SUBMIT_DIR"'
+            """)
+        job_id = self.c.xlctl("submit", "--sbatch", s, "--", "hello").stdout.strip()
+        r = self.c.xlctl("wait", job_id, "--timeout", "60s", check=False)
+        logs = self.c.xlctl("logs", job_id).stdout
+        job = self.c.job(job_id)
+        self.assertEqual(r.returncode, 0, f"{job}\n{logs}")
+        self.assertEqual(job["spec"]["name"], "slurmy")
+        self.assertEqual(job["spec"]["time_limit"], "300s")
+        for rank in range(4):
+            self.assertIn(f"task {rank} of 4 node {rank // 2} local {rank % 2} arg hello", logs)
+            self.assertIn(f"srun ran as {rank} in {self.c.tmp}", logs)
+        # What xl cannot honour: refused before anything is stored, the line named.
+        before = len(self.c.json("list").get("jobs", []))
+        bad = self.script("array.sbatch", """\
+            #!/bin/bash
+            #SBATCH --nodes=1
+            #SBATCH --array=0-9
+            echo never
+            """)
+        r = self.c.xlctl("submit", "--sbatch", bad, check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("array.sbatch:3: `#SBATCH --array=0-9`: job arrays are not supported", r.stderr)
+        self.assertEqual(len(self.c.json("list").get("jobs", [])), before)
+
 
 class Planning(E2E):
     def test_plan_against_the_fleet_and_a_job_sized_from_its_model(self):
