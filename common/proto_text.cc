@@ -17,7 +17,6 @@
 #include "common/duration.h"
 
 namespace xl {
-namespace {
 
 std::string JsonQuote(absl::string_view s) {
   std::string out = "\"";
@@ -39,6 +38,9 @@ std::string JsonQuote(absl::string_view s) {
   out += "\"";
   return out;
 }
+
+namespace {
+
 
 // A plain (unquoted) YAML scalar keeps its YAML 1.2 core-schema type; a quoted
 // one is always a string.

@@ -46,6 +46,10 @@ std::string MessageToJson(const google::protobuf::Message& message,
 // The message as YAML (the JSON mapping, printed as block YAML).
 std::string MessageToYaml(const google::protobuf::Message& message);
 
+// `s` as a JSON string literal, quotes included (RFC 8259 escapes; UTF-8
+// passes as is).
+std::string JsonQuote(absl::string_view s);
+
 // Reads a whole file. NOT_FOUND or PERMISSION_DENIED name the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 

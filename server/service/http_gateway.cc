@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/proto_text.h"
 #include "server/service/scheduler_server.h"
 
 namespace xl::service {
@@ -71,32 +72,11 @@ http::Response JsonResponse(int status, std::string body) {
   return r;
 }
 
-// A JSON string literal of `text` (RFC 8259 escapes; UTF-8 passes as is).
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
 http::Response JsonError(int status, absl::string_view code,
                          absl::string_view message) {
   return JsonResponse(
-      status, absl::StrCat("{\"code\":", JsonString(code),
-                           ",\"message\":", JsonString(message), "}"));
+      status, absl::StrCat("{\"code\":", JsonQuote(code),
+                           ",\"message\":", JsonQuote(message), "}"));
 }
 
 http::Response GrpcError(const grpc::Status& s) {
@@ -297,7 +277,7 @@ http::Response HttpGateway::Handle(const http::Request& req) {
     return JsonResponse(
         200, absl::StrCat("{\"auth_enabled\":",
                           opts_.auth_enabled ? "true" : "false",
-                          ",\"version\":", JsonString(opts_.version),
+                          ",\"version\":", JsonQuote(opts_.version),
                           "}"));
   }
   if (absl::StartsWith(req.path, "/api/")) {
