@@ -169,7 +169,11 @@ void Session::Shutdown(absl::Duration flush_timeout) {
 
 void Session::OnRankStatus(const v1::RankStatus& status) {
   absl::MutexLock lock(&mu_);
-  if (status.state() != v1::RANK_RUNNING) ++rank_exits_;
+  // An exit is reported again while its process group lingers, and once
+  // more when the group is gone: count the last.
+  if (status.state() != v1::RANK_RUNNING && !status.processes_remaining()) {
+    ++rank_exits_;
+  }
   outbox_.PushStatus(status);
 }
 

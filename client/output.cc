@@ -603,7 +603,7 @@ std::string MetricsCsv(
     absl::StrAppend(
         &out, time, ",", m.attempt(), ",", m.rank(), ",", m.step(), ",",
         m.total_steps(), ",",
-        absl::StrFormat("%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g", m.loss(),
+        absl::StrFormat("%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g", m.loss(),
                         m.samples_per_second(), m.step_seconds(),
                         m.compute_seconds(), m.allreduce_seconds(),
                         m.data_wait_seconds(), m.allreduce_bus_gbps(),

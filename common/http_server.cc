@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <system_error>
 #include <cerrno>
 #include <cstring>
 
@@ -60,18 +62,23 @@ const char* StatusText(int status) {
 // connection's deadline.
 class Conn {
  public:
-  Conn(int fd, SSL* ssl, absl::Time deadline)
+  using Steady = std::chrono::steady_clock;
+  // Deadlines are on the monotonic clock: a wall-clock step neither
+  // extends nor cuts a connection.
+  Conn(int fd, SSL* ssl, Steady::time_point deadline)
       : fd_(fd), ssl_(ssl), deadline_(deadline) {}
+
+  void set_deadline(Steady::time_point deadline) { deadline_ = deadline; }
 
   // Waits until fd is readable/writable or the deadline passes.
   bool Wait(short events) {
     for (;;) {
-      const absl::Duration left = deadline_ - absl::Now();
-      if (left <= absl::ZeroDuration()) return false;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline_ - Steady::now());
+      if (left.count() <= 0) return false;
       pollfd p{fd_, events, 0};
       int n = poll(&p, 1,
-                   static_cast<int>(std::min<int64_t>(
-                       absl::ToInt64Milliseconds(left) + 1, 1000)));
+                   static_cast<int>(std::min<int64_t>(left.count() + 1, 1000)));
       if (n > 0) return true;
       if (n < 0 && errno != EINTR) return false;
     }
@@ -144,7 +151,7 @@ class Conn {
  private:
   int fd_;
   SSL* ssl_;
-  absl::Time deadline_;
+  Steady::time_point deadline_;
 };
 
 std::string Serialize(const Response& r, bool head) {
@@ -181,6 +188,11 @@ int ParseHead(absl::string_view head, Request* req) {
     if (colon == absl::string_view::npos || colon == 0) return 400;
     std::string name = absl::AsciiStrToLower(lines[i].substr(0, colon));
     std::string value(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
+    // Control bytes have no business in a header (a bare \n would split
+    // it, and handlers pass some values on).
+    for (unsigned char c : name + value) {
+      if ((c < 0x20 && c != '\t') || c == 0x7f) return 400;
+    }
     req->headers[name] = std::move(value);
   }
   return 0;
@@ -327,7 +339,10 @@ void Server::AcceptLoop() {
       return;
     }
     if (p[1].revents != 0) return;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage peer_addr{};
+    socklen_t peer_len = sizeof peer_addr;
+    int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer_addr),
+                     &peer_len, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       // EMFILE and friends: back off a little rather than spin.
       if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
@@ -335,6 +350,18 @@ void Server::AcceptLoop() {
       }
       continue;
     }
+    // One peer (address) may hold only a few connections, so a slow
+    // client cannot take every slot from Prometheus and the dashboard.
+    char host[INET6_ADDRSTRLEN] = "";
+    if (peer_addr.ss_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer_addr)->sin_addr,
+                host, sizeof host);
+    } else if (peer_addr.ss_family == AF_INET6) {
+      inet_ntop(AF_INET6,
+                &reinterpret_cast<sockaddr_in6*>(&peer_addr)->sin6_addr, host,
+                sizeof host);
+    }
+    const std::string peer = host;
     bool over = false;
     {
       absl::MutexLock l(&mu_);
@@ -342,10 +369,14 @@ void Server::AcceptLoop() {
         close(fd);
         return;
       }
-      over = active_ >= opts_.max_connections;
+      over = active_ >= opts_.max_connections ||
+             per_peer_[peer] >= opts_.max_connections_per_peer;
       if (!over) {
         ++active_;
+        ++per_peer_[peer];
         active_fds_.insert(fd);
+      } else if (per_peer_[peer] == 0) {
+        per_peer_.erase(peer);
       }
     }
     if (over) {
@@ -358,13 +389,25 @@ void Server::AcceptLoop() {
       close(fd);
       continue;
     }
-    std::thread([this, fd] {
-      Serve(fd);
+    auto release = [this, fd, peer] {
       absl::MutexLock l(&mu_);
       active_fds_.erase(fd);
       close(fd);
       --active_;
-    }).detach();
+      if (--per_peer_[peer] <= 0) per_peer_.erase(peer);
+    };
+    try {
+      std::thread([this, fd, release] {
+        Serve(fd);
+        release();
+      }).detach();
+    } catch (const std::system_error&) {
+      // No thread to be had (a thread limit): this one waits for none.
+      const std::string busy =
+          Serialize(TextResponse(503, "server busy; try again"), false);
+      (void)!send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      release();
+    }
   }
 }
 
@@ -386,7 +429,13 @@ void Server::Serve(int fd) {
       }
     }
   } free_ssl{ssl};
-  Conn conn(fd, ssl, absl::Now() + opts_.deadline);
+  // The handshake and the request must come within head_deadline; the
+  // handler and the reply get the rest of the connection's deadline.
+  const auto start = Conn::Steady::now();
+  auto after = [&](absl::Duration d) {
+    return start + std::chrono::microseconds(absl::ToInt64Microseconds(d));
+  };
+  Conn conn(fd, ssl, after(std::min(opts_.head_deadline, opts_.deadline)));
   if (!conn.Handshake()) return;
 
   auto reply = [&](const Response& r, bool head = false) {
@@ -444,6 +493,7 @@ void Server::Serve(int fd) {
     req.body.append(buf, n);
   }
   req.body.resize(length);
+  conn.set_deadline(after(opts_.deadline));
   const bool head = req.method == "HEAD";
   if (head) req.method = "GET";
   Response r;

@@ -58,10 +58,15 @@ struct ServerOptions {
   // PEM certificate and key: serve HTTPS. Both, or neither.
   std::string tls_cert_file;
   std::string tls_key_file;
-  // Connections served at once; more are answered 503 and closed.
-  int max_connections = 32;
-  // A connection's whole life: TLS handshake, request, handler, response.
-  absl::Duration deadline = absl::Seconds(10);
+  // Connections served at once, in all and from one peer address; more
+  // are answered 503 and closed.
+  int max_connections = 64;
+  int max_connections_per_peer = 8;
+  // The TLS handshake and the whole request must arrive within
+  // head_deadline; the connection's whole life (handler and reply too) is
+  // at most deadline. Monotonic.
+  absl::Duration head_deadline = absl::Seconds(3);
+  absl::Duration deadline = absl::Seconds(15);
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 1 << 20;
 };
@@ -99,6 +104,7 @@ class Server {
   absl::Mutex mu_;
   int active_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<int> active_fds_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ = false;
 };

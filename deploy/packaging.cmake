@@ -19,8 +19,9 @@ install(FILES ${XL_DEPLOY}/systemd/xl-agent.service
         DESTINATION lib/systemd/system COMPONENT agent)
 install(FILES ${XL_DEPLOY}/etc/scheduler.toml DESTINATION /etc/xl
         COMPONENT scheduler)
+# Private: it may hold a join token.
 install(FILES ${XL_DEPLOY}/etc/agent.toml DESTINATION /etc/xl
-        COMPONENT agent)
+        PERMISSIONS OWNER_READ OWNER_WRITE COMPONENT agent)
 install(FILES ${XL_DEPLOY}/grafana/xl-dashboard.json
         DESTINATION share/xl/grafana COMPONENT scheduler)
 
@@ -58,7 +59,7 @@ set(CPACK_DEBIAN_SCHEDULER_PACKAGE_DEPENDS
     "${XL_DEB_COMMON}, libsqlite3-0, libprometheus-cpp-core1.0, adduser")
 set(CPACK_DEBIAN_SCHEDULER_PACKAGE_RECOMMENDS "xlctl")
 set(CPACK_DEBIAN_SCHEDULER_PACKAGE_CONTROL_EXTRA
-    "${XL_DEPLOY}/debian/scheduler/postinst;${XL_DEPLOY}/debian/scheduler/conffiles")
+    "${XL_DEPLOY}/debian/scheduler/postinst;${XL_DEPLOY}/debian/scheduler/prerm;${XL_DEPLOY}/debian/scheduler/conffiles")
 
 set(CPACK_DEBIAN_AGENT_PACKAGE_NAME xl-agent)
 set(CPACK_COMPONENT_AGENT_DESCRIPTION
@@ -66,7 +67,7 @@ set(CPACK_COMPONENT_AGENT_DESCRIPTION
 set(CPACK_DEBIAN_AGENT_PACKAGE_DEPENDS
     "${XL_DEB_COMMON}, libprometheus-cpp-core1.0, libgloo0, libopenblas0-pthread | libopenblas0, libibverbs1, libhiredis0.14, libgfortran5")
 set(CPACK_DEBIAN_AGENT_PACKAGE_CONTROL_EXTRA
-    "${XL_DEPLOY}/debian/agent/postinst;${XL_DEPLOY}/debian/agent/conffiles")
+    "${XL_DEPLOY}/debian/agent/postinst;${XL_DEPLOY}/debian/agent/prerm;${XL_DEPLOY}/debian/agent/conffiles")
 
 set(CPACK_DEBIAN_XLCTL_PACKAGE_NAME xlctl)
 set(CPACK_COMPONENT_XLCTL_DESCRIPTION

@@ -291,6 +291,10 @@ int main(int argc, char** argv) {
                  "TLS) serving Prometheus /metrics, the web dashboard at / "
                  "and its JSON API at /api/ (behind the API's tokens); "
                  "e.g. 0.0.0.0:9400 (port 0: any free one)");
+  app.add_flag("--metrics-without-token", opts.metrics_without_token,
+               "with TLS and tokens on: serve /metrics without a token "
+               "(its per-job series name jobs, users and their progress; "
+               "by default Prometheus sends a user token)");
   app.add_option("--metrics-port-file", metrics_port_file,
                  "write the --metrics-listen port to this file once "
                  "listening");

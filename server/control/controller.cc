@@ -323,11 +323,10 @@ void Controller::Tick() {
   const absl::Time started = clock_->MonotonicNow();
   scheduler::Decisions decisions =
       scheduler::Schedule(std::move(snapshot), std::move(queue));
+  // Timed before the lock: the pass, not the wait for the lock.
+  const absl::Duration took = clock_->MonotonicNow() - started;
   absl::MutexLock lock(&mu_);
-  const absl::Time computed = clock_->MonotonicNow();
-  if (opts_.telemetry != nullptr) {
-    opts_.telemetry->ObservePass(full_pass_, computed - started);
-  }
+  if (opts_.telemetry != nullptr) opts_.telemetry->ObservePass(full_pass_, took);
   ApplyDecisions(std::move(decisions), generation);
   if (full_pass_) {
     const absl::Time now = clock_->MonotonicNow();

@@ -41,6 +41,9 @@ const std::set<std::string>& ReadMethods() {
 // nothing for kStreamIdle (what is stored has been sent; the rest would be
 // live updates, which the page polls for).
 constexpr int kMaxStreamMessages = 2000;
+// ...or once its reply passes this size (the next call goes on from the
+// last seq it got).
+constexpr size_t kMaxStreamBytes = 4 << 20;
 constexpr auto kStreamIdle = std::chrono::milliseconds(300);
 constexpr auto kCallDeadline = std::chrono::seconds(10);
 
@@ -208,15 +211,11 @@ std::vector<prometheus::MetricFamily> ModelFamilies(
 
 absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(
     GatewayOptions opts, control::Controller* controller,
-    control::SchedulerTelemetry* telemetry, grpc::Server* server) {
+    control::SchedulerTelemetry* telemetry) {
   std::unique_ptr<HttpGateway> g(new HttpGateway());
   g->opts_ = std::move(opts);
   g->controller_ = controller;
   g->telemetry_ = telemetry;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
-  g->channel_ = server->InProcessChannel(args);
-  g->stub_ = std::make_unique<grpc::GenericStub>(g->channel_);
   http::ServerOptions http_opts;
   http_opts.listen = g->opts_.listen;
   http_opts.tls_cert_file = g->opts_.tls_cert_file;
@@ -234,6 +233,35 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(
 }
 
 HttpGateway::~HttpGateway() { Stop(); }
+
+void HttpGateway::Attach(grpc::Server* server) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
+  auto channel = server->InProcessChannel(args);
+  absl::MutexLock lock(&stub_mu_);
+  channel_ = channel;
+  stub_ = std::make_shared<grpc::GenericStub>(channel);
+}
+
+bool HttpGateway::TokenAccepted(const std::string& authorization) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&tokens_mu_);
+    auto it = accepted_.find(authorization);
+    if (it != accepted_.end() && now - it->second < absl::Minutes(1) &&
+        now >= it->second) {
+      return true;
+    }
+  }
+  http::Request who;
+  who.method = "POST";
+  who.headers["authorization"] = authorization;
+  if (Api(who, "xl.v1.AuthService/WhoAmI").status != 200) return false;
+  absl::MutexLock lock(&tokens_mu_);
+  if (accepted_.size() > 1000) accepted_.clear();  // bounded
+  accepted_[authorization] = now;
+  return true;
+}
 
 void HttpGateway::Stop() {
   if (http_) http_->Stop();
@@ -267,6 +295,18 @@ std::string HttpGateway::Scrape() {
 http::Response HttpGateway::Handle(const http::Request& req) {
   if (req.path == "/metrics") {
     if (req.method != "GET") return http::TextResponse(405, "use GET");
+    if (opts_.auth_enabled && !opts_.metrics_without_token) {
+      const std::string auth = req.Header("authorization");
+      if (auth.empty() || !TokenAccepted(auth)) {
+        http::Response r = http::TextResponse(
+            401,
+            "/metrics needs a user token here: send \"Authorization: Bearer "
+            "<token>\" (Prometheus: authorization.credentials_file), or start "
+            "the scheduler with --metrics-without-token");
+        r.headers.emplace_back("WWW-Authenticate", "Bearer");
+        return r;
+      }
+    }
     http::Response r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = Scrape();
@@ -344,14 +384,31 @@ http::Response HttpGateway::Api(const http::Request& req,
                                   md->input_type()->full_name(),
                                   " in JSON: ", st.ToString()));
   }
+  std::shared_ptr<grpc::GenericStub> stub;
+  {
+    absl::MutexLock lock(&stub_mu_);
+    stub = stub_;
+  }
+  if (stub == nullptr) {
+    return JsonError(503, "UNAVAILABLE", "the scheduler is starting; retry");
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  if (std::string auth = req.Header("authorization"); !auth.empty()) {
-    ctx.AddMetadata("authorization", auth);
-  }
-  // With auth off the caller names itself, as with the gRPC API.
-  if (std::string user = req.Header("x-xl-user"); !user.empty()) {
-    ctx.AddMetadata("x-xl-user", user);
+  // gRPC aborts the process on a metadata value it cannot send: only
+  // printable ASCII passes.
+  for (const char* name : {"authorization", "x-xl-user"}) {
+    const std::string value = req.Header(name);
+    if (value.empty()) continue;
+    for (unsigned char c : value) {
+      if (c < 0x20 || c > 0x7e) {
+        return JsonError(400, "INVALID_ARGUMENT",
+                         absl::StrCat("the ", name,
+                                      " header must be printable ASCII"));
+      }
+    }
+    // With auth off the caller names itself (x-xl-user), as with the
+    // gRPC API.
+    ctx.AddMetadata(name, value);
   }
   std::string bytes;
   request->SerializeToString(&bytes);
@@ -377,7 +434,7 @@ http::Response HttpGateway::Api(const http::Request& req,
     absl::Mutex mu;
     bool done = false;
     grpc::Status status;
-    stub_->UnaryCall(&ctx, path, grpc::StubOptions(), &send, &received,
+    stub->UnaryCall(&ctx, path, grpc::StubOptions(), &send, &received,
                      [&](grpc::Status s) {
                        absl::MutexLock l(&mu);
                        status = std::move(s);
@@ -398,7 +455,7 @@ http::Response HttpGateway::Api(const http::Request& req,
   // Server streaming, through a completion queue: every operation is
   // waited for before the next starts, so each Next() returns its own tag.
   grpc::CompletionQueue cq;
-  auto call = stub_->PrepareCall(&ctx, path, &cq);
+  auto call = stub->PrepareCall(&ctx, path, &cq);
   void* tag = nullptr;
   bool ok = false;
   auto step = [&](void* want) {
@@ -416,7 +473,7 @@ http::Response HttpGateway::Api(const http::Request& req,
     }
   }
   bool cancelled = false;
-  while (sent && count < kMaxStreamMessages) {
+  while (sent && count < kMaxStreamMessages && json.size() < kMaxStreamBytes) {
     grpc::ByteBuffer buf;
     call->Read(&buf, reinterpret_cast<void*>(4));
     auto next = cq.AsyncNext(&tag, &ok,
@@ -433,7 +490,8 @@ http::Response HttpGateway::Api(const http::Request& req,
     if (count++ > 0) json += ",";
     json += one;
   }
-  if (count >= kMaxStreamMessages && !cancelled) {
+  if ((count >= kMaxStreamMessages || json.size() >= kMaxStreamBytes) &&
+      !cancelled) {
     ctx.TryCancel();
     cancelled = true;
   }

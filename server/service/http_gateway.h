@@ -46,15 +46,24 @@ struct GatewayOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   bool auth_enabled = false;
+  // With auth on, /metrics needs a user token too (Prometheus:
+  // authorization.credentials_file), unless this is set: the per-job
+  // series name jobs, users and their progress.
+  bool metrics_without_token = false;
   std::string version = "dev";
 };
 
 class HttpGateway {
  public:
-  // `controller`, `telemetry` and `server` outlive the gateway.
+  // Binds the port and serves /metrics; the API answers 503 until
+  // Attach. Binding first lets a taken port fail the scheduler's start
+  // before it takes any agent or job. `controller` and `telemetry` outlive
+  // the gateway.
   static absl::StatusOr<std::unique_ptr<HttpGateway>> Start(
       GatewayOptions opts, control::Controller* controller,
-      control::SchedulerTelemetry* telemetry, grpc::Server* server);
+      control::SchedulerTelemetry* telemetry);
+  // The gRPC server the API calls (in-process); it outlives the gateway.
+  void Attach(grpc::Server* server);
   ~HttpGateway();
 
   std::string url() const { return http_->url(); }
@@ -74,8 +83,15 @@ class HttpGateway {
   GatewayOptions opts_;
   control::Controller* controller_ = nullptr;
   control::SchedulerTelemetry* telemetry_ = nullptr;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<grpc::GenericStub> stub_;
+  // Whether `authorization` holds a user token the API takes (a WhoAmI
+  // through the API, remembered for a minute).
+  bool TokenAccepted(const std::string& authorization);
+
+  absl::Mutex stub_mu_;
+  std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(stub_mu_);
+  std::shared_ptr<grpc::GenericStub> stub_ ABSL_GUARDED_BY(stub_mu_);
+  absl::Mutex tokens_mu_;
+  std::map<std::string, absl::Time> accepted_ ABSL_GUARDED_BY(tokens_mu_);
   std::unique_ptr<http::Server> http_;
 
   // The last walk of the model, reused by scrapes for a second.

@@ -69,6 +69,25 @@ absl::Status SetUpSecurity(const ServerOptions& opts, const std::string& host,
   }
   *creds = grpc::InsecureServerCredentials();
   std::string warning;
+  // The side port's API answers as the gRPC API does: without auth, to
+  // anyone as anyone. The same rule holds for it.
+  if (!opts.metrics_listen.empty() && !opts.insecure) {
+    const size_t colon = opts.metrics_listen.rfind(':');
+    std::string side = colon == std::string::npos
+                           ? opts.metrics_listen
+                           : opts.metrics_listen.substr(0, colon);
+    if (side.size() >= 2 && side.front() == '[') {
+      side = side.substr(1, side.size() - 2);
+    }
+    if (!IsLoopbackHost(side)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--metrics-listen ", opts.metrics_listen,
+          ": refusing to serve the dashboard's API on a non-loopback "
+          "address without TLS and tokens; give --tls-cert, --tls-key and "
+          "--tls-ca, use 127.0.0.1, or pass --insecure on a network you "
+          "trust"));
+    }
+  }
   if (!IsLoopbackHost(host)) {
     if (!opts.insecure) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -177,15 +196,6 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   builder.RegisterService(s->agents_.get());
   s->rendezvous_ = std::make_unique<RendezvousServiceImpl>(s->controller_.get());
   builder.RegisterService(s->rendezvous_.get());
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "--listen: cannot listen on ", opts.listen,
-        "; is another xl-scheduler running there? pick another port"));
-  }
-  s->address_ = absl::StrCat(host, ":", s->port_);
-  s->controller_->SetAdvertiseAddressIfEmpty(s->address_);
-  s->controller_->Start();
   if (!opts.metrics_listen.empty()) {
     GatewayOptions gw;
     gw.listen = opts.metrics_listen;
@@ -195,11 +205,22 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
       gw.tls_cert_file = opts.tls_cert_file;
       gw.tls_key_file = opts.tls_key_file;
     }
-    auto gateway = HttpGateway::Start(gw, s->controller_.get(),
-                                      s->telemetry_.get(), s->server_.get());
+    gw.metrics_without_token = opts.metrics_without_token;
+    auto gateway =
+        HttpGateway::Start(gw, s->controller_.get(), s->telemetry_.get());
     if (!gateway.ok()) return gateway.status();
     s->gateway_ = std::move(*gateway);
   }
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "--listen: cannot listen on ", opts.listen,
+        "; is another xl-scheduler running there? pick another port"));
+  }
+  s->address_ = absl::StrCat(host, ":", s->port_);
+  s->controller_->SetAdvertiseAddressIfEmpty(s->address_);
+  if (s->gateway_ != nullptr) s->gateway_->Attach(s->server_.get());
+  s->controller_->Start();
   return s;
 }
 

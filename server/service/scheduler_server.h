@@ -44,6 +44,8 @@ struct ServerOptions {
   // HOST:PORT of the HTTP side port: Prometheus /metrics, the dashboard
   // and its JSON API (HttpGateway); HTTPS with the TLS files. Empty: none.
   std::string metrics_listen;
+  // With auth on, serve /metrics without a token (see GatewayOptions).
+  bool metrics_without_token = false;
   // Shown by /api/info.
   std::string version = "dev";
 };

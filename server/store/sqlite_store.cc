@@ -1,5 +1,6 @@
 #include "server/store/sqlite_store.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -655,11 +656,12 @@ absl::Status SqliteStore::RunBatch(Tx& tx, std::vector<PendingWrite>& batch,
     (void)rollback_to_->Run();
     (void)release_->Run();
   }
-  const absl::Time commit_start = absl::Now();
+  const auto commit_start = std::chrono::steady_clock::now();
   absl::Status commit = db_->Exec("COMMIT");
   if (!commit.ok() && db_->InTransaction()) (void)db_->Exec("ROLLBACK");
   if (commit.ok() && on_commit_) {
-    on_commit_(batch.size(), absl::Now() - commit_start);
+    on_commit_(batch.size(), absl::FromChrono(std::chrono::steady_clock::now() -
+                                              commit_start));
   }
   return commit;
 }

@@ -808,8 +808,8 @@ TEST_F(CommandsTest, MetricsAsCsvCarryEveryFieldInFull) {
             "step_seconds,compute_seconds,allreduce_seconds,"
             "data_wait_seconds,allreduce_bus_gbps,mfu,peak_memory_bytes");
   EXPECT_EQ(lines[2],
-            "2023-11-14T22:13:20Z,1,0,20,100,0.333333333,2048,0.125,0.1,"
-            "0.02,0.001,87.5,0.625,3221225472");
+            "2023-11-14T22:13:20Z,1,0,20,100,0.33333333333333331,2048,0.125,"
+            "0.10000000000000001,0.02,0.001,87.5,0.625,3221225472");
   EXPECT_TRUE(err_.str().empty()) << err_.str();
 }
 

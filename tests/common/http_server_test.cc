@@ -142,6 +142,31 @@ TEST(HttpServerTest, ConnectionsOverTheLimitGet503AtOnce) {
   EXPECT_TRUE(absl::StartsWith(later, "HTTP/1.1 200")) << later;
 }
 
+TEST(HttpServerTest, OnePeerCannotTakeEverySlot) {
+  ServerOptions opts;
+  opts.max_connections = 10;
+  opts.max_connections_per_peer = 2;
+  auto s = StartEcho(opts);
+  int a = Connect(s->port()), b = Connect(s->port());
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  absl::SleepFor(absl::Milliseconds(100));
+  std::string third = RoundTrip(s->port(), "GET / HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(absl::StartsWith(third, "HTTP/1.1 503")) << third;
+  close(a);
+  close(b);
+}
+
+TEST(HttpServerTest, ControlBytesInHeadersAreRefused) {
+  auto s = StartEcho();
+  EXPECT_TRUE(absl::StartsWith(
+      RoundTrip(s->port(), "GET / HTTP/1.1\r\nX-Test: a\x01b\r\n\r\n"),
+      "HTTP/1.1 400"));
+  EXPECT_TRUE(absl::StartsWith(
+      RoundTrip(s->port(), "GET / HTTP/1.1\r\nX-Test: a\nb\r\n\r\n"),
+      "HTTP/1.1 400"));
+}
+
 TEST(HttpServerTest, StopEndsConnectionsInFlight) {
   ServerOptions opts;
   opts.deadline = absl::Seconds(30);

@@ -39,8 +39,10 @@ def npm_ready():
 
 class Dashboard(unittest.TestCase):
     def setUp(self):
-        if not os.path.exists(CHROMIUM) or not shutil.which("node"):
-            self.skipTest("needs Debian's chromium and node (deploy/install-deps installs them)")
+        # deploy/install-deps installs both: missing, they are a failure, not a
+        # skip (a test that cannot run must not pass).
+        self.assertTrue(os.path.exists(CHROMIUM) and shutil.which("node"),
+                        "needs Debian's chromium and node: run deploy/install-deps")
         self.assertTrue(npm_ready(), "npm ci in tests/e2e/dashboard failed")
         self.tmp = tempfile.mkdtemp(prefix="xl-dashboard-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
@@ -134,6 +136,20 @@ class Dashboard(unittest.TestCase):
         self.assertEqual((status, got["code"]), (400, "INVALID_ARGUMENT"), got)
         self.assertIn("bogus", got["message"])
         self.assertEqual(json.loads(self.xlctl("get", train, "-o", "json"))["state"], "RUNNING")
+        # A header gRPC could not send is refused, not passed on (it would
+        # abort the scheduler).
+        req = urllib.request.Request(self.url + "/api/xl.v1.AuthService/WhoAmI", data=b"{}",
+                                     method="POST", headers={"X-XL-User": "a\tb"})
+        with self.assertRaises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(req, context=self.ctx, timeout=20)
+        self.assertEqual(bad.exception.code, 400)
+        # /metrics names jobs and users: with auth on it takes a token too.
+        with self.assertRaises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(self.url + "/metrics", context=self.ctx, timeout=20)
+        self.assertEqual(denied.exception.code, 401)
+        req = urllib.request.Request(self.url + "/metrics", headers={"Authorization": "Bearer " + token})
+        with urllib.request.urlopen(req, context=self.ctx, timeout=20) as r:
+            self.assertIn(f'xl_job_step{{job="{train}"', r.read().decode())
 
         expect = os.path.join(self.tmp, "expect.json")
         with open(expect, "w") as f:
