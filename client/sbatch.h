@@ -7,10 +7,14 @@
 // per rank rather than once on the first node. Each rank gets Slurm's
 // variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
 // SLURM_JOB_ID, ...) from xl's, and `srun` inside the script runs its
-// command in place (this rank is already one of the tasks). Pure: no I/O.
+// command in place (this rank is already one of the tasks).
+//
+// Stateless and safe from any thread. Reads no file: the caller passes the
+// script's text.
 #ifndef XL_CLIENT_SBATCH_H_
 #define XL_CLIENT_SBATCH_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,16 +24,23 @@
 
 namespace xl::client {
 
-// The JobSpec of the script at `path` (absolute) whose contents are `text`,
-// run with `args`. Reads the #SBATCH lines before the first command, as
-// sbatch does. INVALID_ARGUMENT naming "path:line", the line and what to do
-// instead for an option xl cannot honour or a malformed value.
+// Returns the JobSpec of the Slurm batch script at `path` whose contents are
+// `text`, run with `script_args` after the script's path. Reads the #SBATCH
+// lines before the first command, as sbatch does; the command runs the
+// script with /bin/bash once per rank (see above). A relative `path`, and a
+// relative --chdir, are taken from the current directory (as sbatch does);
+// `--export=VAR` without a value reads VAR from this process's environment.
+// Returns INVALID_ARGUMENT "path:line: `line`: why; what to do instead" for
+// an option xl cannot honour, a malformed value or options that contradict
+// each other.
 absl::StatusOr<v1::JobSpec> JobSpecFromSbatch(
     const std::string& path, absl::string_view text,
-    const std::vector<std::string>& args);
+    const std::vector<std::string>& script_args);
 
-// Slurm's --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS;
-// "UNLIMITED" or "infinite" is none (0). Seconds, or false when malformed.
+// Parses Slurm's --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or
+// D-HH:MM:SS; "0", "-1", "UNLIMITED" and "infinite" mean none (0). Sets
+// `*seconds` and returns true, or returns false for anything else,
+// including a value over a million days.
 bool ParseSlurmTime(absl::string_view text, int64_t* seconds);
 
 }  // namespace xl::client
