@@ -18,11 +18,12 @@
 namespace xl::client {
 namespace {
 
-// Run by bash -c before the script (the script is $0, its arguments $@):
-// Slurm's per-task variables from xl's, and `srun` as a function that runs
-// its command in place, skipping srun's own options. The script's text
-// comes from XL_SBATCH_SCRIPT where that is set, else from the file at $0
-// (a filesystem the nodes share with the submitter).
+// Run by bash -c before the script ($0 is the script's path, $1 its text as
+// submitted, the rest its arguments): Slurm's per-task variables from xl's,
+// and `srun` as a function that runs its command in place, skipping srun's
+// own options. The text runs, not the file: as sbatch copies the script, a
+// later edit or removal changes no queued job, and nodes need not see the
+// path.
 constexpr char kPrelude[] = R"sh(
 export SLURM_JOB_ID="$XL_JOB_ID" SLURM_JOBID="$XL_JOB_ID"
 export SLURM_PROCID="$RANK" SLURM_NTASKS="$WORLD_SIZE" SLURM_NPROCS="$WORLD_SIZE"
@@ -48,11 +49,13 @@ srun() {
   "$@"
 }
 export -f srun
-if [ -n "${XL_SBATCH_SCRIPT+set}" ]; then
-  exec /bin/bash -c "$XL_SBATCH_SCRIPT" "$0" "$@"
-fi
-exec /bin/bash "$0" "$@"
+script_text="$1"
+shift
+exec /bin/bash -c "$script_text" "$0" "$@"
 )sh";
+
+// One argument of a command may hold at most 128 KiB (MAX_ARG_STRLEN).
+constexpr size_t kMaxScriptBytes = 100 << 10;
 
 // Counts (nodes, tasks, CPUs, GPUs) above this are refused as typos; it
 // also keeps every product of two counts within int64.
@@ -899,10 +902,17 @@ absl::StatusOr<v1::JobSpec> JobSpecFromSbatch(
   if (const uint64_t mem = spec.resources().memory_bytes_per_node(); mem > 0) {
     env.insert({"SLURM_MEM_PER_NODE", absl::StrCat(mem >> 20)});
   }
+  if (text.size() > kMaxScriptBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        script, ": the script is ", text.size(), " bytes; xl carries it in "
+        "the job, up to ", kMaxScriptBytes, ": move the bulk into a file the "
+        "script runs"));
+  }
   spec.add_command("/bin/bash");
   spec.add_command("-c");
   spec.add_command(kPrelude);
   spec.add_command(script);
+  spec.add_command(std::string(text));
   for (const std::string& a : script_args) spec.add_command(a);
   return spec;
 }

@@ -99,13 +99,15 @@ srun python train.py --config big.yaml
   EXPECT_EQ(spec->env().at("SLURM_CPUS_PER_TASK"), "12");
   EXPECT_EQ(spec->env().at("SLURM_GPUS_ON_NODE"), "8");
   EXPECT_EQ(spec->env().at("SLURM_MEM_PER_NODE"), "921600");
-  ASSERT_EQ(spec->command_size(), 6);
+  ASSERT_EQ(spec->command_size(), 7);
   EXPECT_EQ(spec->command(0), "/bin/bash");
   EXPECT_EQ(spec->command(1), "-c");
   EXPECT_THAT(spec->command(2), HasSubstr("SLURM_PROCID=\"$RANK\""));
   EXPECT_EQ(spec->command(3), kPath);
-  EXPECT_EQ(spec->command(4), "--lr");
-  EXPECT_EQ(spec->command(5), "3e-4");
+  // The script's text, carried in the job.
+  EXPECT_THAT(spec->command(4), HasSubstr("srun python train.py"));
+  EXPECT_EQ(spec->command(5), "--lr");
+  EXPECT_EQ(spec->command(6), "3e-4");
 }
 
 TEST(SbatchTest, NothingSaidIsOneTaskOnOneNodeNamedAfterTheScript) {
@@ -553,14 +555,12 @@ TEST(SbatchTest, TheCommandRunsTheScriptAsOneSlurmTask) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(out, "task 3/4 node 1 local 1 job 17 args a b c\nin srun 3\n");
 
-  // Where the script's text is handed over in XL_SBATCH_SCRIPT, that runs
-  // instead of the file (which the node may not have).
-  std::vector<std::string> with_text = env;
-  with_text.push_back("XL_SBATCH_SCRIPT=echo \"text $SLURM_PROCID $2\"");
+  // The text as submitted runs, not the file: removed (or edited) after
+  // the submit, the job runs the same (as sbatch copies the script).
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(RunProgram({spec->command().begin(), spec->command().end()},
-                       with_text, &status),
-            "text 3 b c\n");
+  EXPECT_EQ(RunProgram({spec->command().begin(), spec->command().end()}, env,
+                       &status),
+            "task 3/4 node 1 local 1 job 17 args a b c\nin srun 3\n");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 

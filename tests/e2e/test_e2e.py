@@ -174,7 +174,11 @@ class JobLifecycle(E2E):
             echo "task $SLURM_PROCID of $SLURM_NTASKS node $SLURM_NODEID local $SLURM_LOCALID arg $1"
             srun -n 4 --label bash -c 'echo "srun ran as $SLURM_PROCID in $SLURM_SUBMIT_DIR"'
             """)
-        job_id = self.c.xlctl("submit", "--sbatch", s, "--", "hello").stdout.strip()
+        # It waits for another job, and its file is gone before it starts:
+        # the script submitted runs (as sbatch copies it), not the file.
+        first = self.c.xlctl("submit", "--", "/bin/sleep", "2").stdout.strip()
+        job_id = self.c.xlctl("submit", "--sbatch", s, "--after-ok", first, "--", "hello").stdout.strip()
+        os.remove(s)
         r = self.c.xlctl("wait", job_id, "--timeout", "60s", check=False)
         logs = self.c.xlctl("logs", job_id).stdout
         job = self.c.job(job_id)
@@ -184,6 +188,7 @@ class JobLifecycle(E2E):
         for rank in range(4):
             self.assertIn(f"task {rank} of 4 node {rank // 2} local {rank % 2} arg hello", logs)
             self.assertIn(f"srun ran as {rank} in {self.c.tmp}", logs)
+        self.assertEqual(self.c.job(first)["state"], "SUCCEEDED")
         # What xl cannot honour: refused before anything is stored, the line named.
         before = len(self.c.json("list").get("jobs", []))
         bad = self.script("array.sbatch", """\
