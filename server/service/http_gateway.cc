@@ -173,6 +173,8 @@ std::vector<prometheus::MetricFamily> ModelFamilies(
     const char* name;
     const char* help;
     double (*value)(const v1::TrainMetrics&);
+    // A series only where the value is known (> 0).
+    bool only_positive = false;
   };
   static const JobGauge kJobGauges[] = {
       {"xl_job_step", "The last step a running training job reported",
@@ -182,9 +184,9 @@ std::vector<prometheus::MetricFamily> ModelFamilies(
       {"xl_job_samples_per_second", "Samples per second, all ranks",
        [](const v1::TrainMetrics& m) { return m.samples_per_second(); }},
       {"xl_job_mfu_ratio",
-       "Model FLOPs utilization (0..1) against the peak of the precision "
-       "used; absent where the peak is unknown (CPU)",
-       [](const v1::TrainMetrics& m) { return m.mfu(); }},
+       "Model FLOPs utilization (0..1) against the GPU's dense bf16 peak; "
+       "absent where the peak is unknown (CPU)",
+       [](const v1::TrainMetrics& m) { return m.mfu(); }, true},
       {"xl_job_allreduce_bus_bandwidth_bytes_per_second",
        "All-reduce bus bandwidth (2(n-1)/n x bytes / time)",
        [](const v1::TrainMetrics& m) { return m.allreduce_bus_gbps() * 1e9 / 8; }},
@@ -196,11 +198,9 @@ std::vector<prometheus::MetricFamily> ModelFamilies(
   for (const JobGauge& g : kJobGauges) {
     auto f = Family(g.name, g.help, MetricType::Gauge);
     for (const auto& t : mm.training) {
-      if (std::string(g.name) == "xl_job_mfu_ratio" && t.metrics.mfu() <= 0) {
-        continue;
-      }
-      AddGauge(&f, {{"job", t.job}, {"queue", t.queue}, {"user", t.user}},
-               g.value(t.metrics));
+      const double v = g.value(t.metrics);
+      if (g.only_positive && v <= 0) continue;
+      AddGauge(&f, {{"job", t.job}, {"queue", t.queue}, {"user", t.user}}, v);
     }
     out.push_back(std::move(f));
   }
