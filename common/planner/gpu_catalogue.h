@@ -24,6 +24,10 @@ struct GpuSpec {
   double fp16_tflops;     // fp16 tensor core, fp32 accumulation
   double tf32_tflops;     // tf32 tensor core
   double fp32_tflops;     // plain fp32 (CUDA cores)
+  // CUDA compute capability, from NVIDIA's published table (A100 8.0, H100
+  // 9.0, V100 7.0): what CUDA builds can run on it (xl_train_gpus.h).
+  int compute_major;
+  int compute_minor;
 
   // The dense peak at `precision` (BF16, FP16 or FP32; FP32 means plain fp32,
   // not tf32, as xl-train's reference mode runs). 0 when unsupported.

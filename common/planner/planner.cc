@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/planner/gpu_catalogue.h"
+#include "common/planner/xl_train_gpus.h"
 
 namespace xl::planner {
 namespace {
@@ -403,6 +404,9 @@ struct Candidate {
   int in_fleet = 0;
   int gpus_per_node = 0;  // from the fleet; 0: unknown
   std::string note;
+  // Why xl-train cannot run on this model; empty when it can or when the
+  // model is not in the catalogue (its compute capability is unknown).
+  std::string no_xl_train;
 };
 
 struct Fit {
@@ -800,6 +804,8 @@ absl::StatusOr<v1::Plan> MakePlan(const v1::ModelSpec& spec,
                             " support: step time unknown");
       if (m.precision() == v1::BF16) c.note += "; use fp16";
     }
+    (void)XlTrainSupportsComputeCapability(g.compute_major, g.compute_minor,
+                                           &c.no_xl_train);
     return c;
   };
   // Fleet models, merged by name.
@@ -919,6 +925,12 @@ absl::StatusOr<v1::Plan> MakePlan(const v1::ModelSpec& spec,
           "does not fit at any ZeRO stage; raise tensor or "
           "pipeline parallelism, recompute, or lower the "
           "micro-batch");
+    }
+    // Said for every plan, last: the numbers still hold for a program of
+    // one's own, but the built-in worker cannot run there.
+    if (!s.c.no_xl_train.empty()) {
+      notes.push_back(
+          absl::StrCat("xl-train cannot run on it: ", s.c.no_xl_train));
     }
     g->set_note(absl::StrJoin(notes, "; "));
   }
@@ -1179,6 +1191,10 @@ absl::StatusOr<v1::Plan> MakePlan(const v1::ModelSpec& spec,
         "pipeline bubble: ", accum, " micro-batches per step for ",
         m.pipeline_parallel(), " stages; use a global batch of at least ",
         m.pipeline_parallel() * b * nd));
+  }
+  if (x.mlp && !x.cpu && !gpu.no_xl_train.empty()) {
+    w.push_back(absl::StrCat("xl-train (the MLP's worker) cannot run on ",
+                             ShortModelName(gpu.name), ": ", gpu.no_xl_train));
   }
   if (m.sequence_parallel() && m.tensor_parallel() == 1) {
     w.push_back("sequence parallelism needs tensor parallelism > 1; ignored");

@@ -1,5 +1,8 @@
 #include "server/control/launch.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/scheduler/job_spec.h"
@@ -7,13 +10,42 @@
 namespace xl::control {
 namespace {
 
-// The fastest NIC of a node, for the NCCL hints; nullptr when it has none.
-const v1::Nic* FastestNic(const v1::NodeInventory& inv) {
-  const v1::Nic* best = nullptr;
+// Which network NCCL should use on a node, from its inventory: the
+// variable to set and its value; no variable when the node reports no NIC.
+struct NcclNetworkHint {
+  std::string variable;
+  std::string value;
+};
+
+// An 8-rail node has 8 HCAs of one speed (and often a slower one for
+// storage or management): NCCL gets every HCA of the fastest speed, in the
+// inventory's order, so each GPU can use the rail next to it; the slower
+// ones are left out. A tie between an HCA and an Ethernet port (RoCE
+// shows the card as both) goes to the HCA: verbs are NCCL's fast path.
+// Otherwise one Ethernet interface, the first of the fastest: equal speed
+// does not make Ethernet ports a data fabric (bond members, bridges, a
+// storage network other nodes cannot reach), and NCCL's socket transport
+// would open connections on every interface listed.
+NcclNetworkHint NcclNetworkHintFor(const v1::NodeInventory& inv) {
+  const v1::Nic* fastest = nullptr;
   for (const auto& nic : inv.nics()) {
-    if (best == nullptr || nic.gbps() > best->gbps()) best = &nic;
+    if (fastest == nullptr || nic.gbps() > fastest->gbps()) fastest = &nic;
   }
-  return best;
+  if (fastest == nullptr) return {};
+  std::vector<std::string> hcas;
+  for (const auto& nic : inv.nics()) {
+    if (nic.kind() == v1::INFINIBAND && nic.gbps() == fastest->gbps()) {
+      hcas.push_back(nic.name());
+    }
+  }
+  // A bare name, as before: scripts pass it on as an interface name
+  // (GLOO_SOCKET_IFNAME), which a leading '=' would break; the price is
+  // that NCCL also takes interfaces it prefixes (eth0.100 for eth0).
+  if (hcas.empty()) return {"NCCL_SOCKET_IFNAME", fastest->name()};
+  // NCCL matches each name as a prefix ("mlx5_1" would also take mlx5_10
+  // to mlx5_19, slower cards included); a leading '=' makes every name in
+  // the list an exact match.
+  return {"NCCL_IB_HCA", absl::StrCat("=", absl::StrJoin(hcas, ","))};
 }
 
 }  // namespace
@@ -46,12 +78,9 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
   // What every rank of this node shares. The job's own variables come first
   // so that the scheduler's win (validation refuses them anyway).
   google::protobuf::Map<std::string, std::string> shared;
-  if (const v1::Nic* nic = FastestNic(inventory)) {
-    if (nic->kind() == v1::INFINIBAND) {
-      shared["NCCL_IB_HCA"] = nic->name();
-    } else {
-      shared["NCCL_SOCKET_IFNAME"] = nic->name();
-    }
+  if (NcclNetworkHint hint = NcclNetworkHintFor(inventory);
+      !hint.variable.empty()) {
+    shared[hint.variable] = hint.value;
   }
   for (const auto& [k, v] : job.spec().env()) shared[k] = v;
   shared["WORLD_SIZE"] = absl::StrCat(job.world_size());

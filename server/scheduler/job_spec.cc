@@ -33,6 +33,7 @@ bool ValidEnvName(const std::string& s) {
 
 constexpr int kMaxNodes = 4096;
 constexpr int kMaxRanksPerNode = 1024;
+constexpr int kMaxGpusPerNode = 64;
 
 // The built-in worker: its spec is checked here (so a bad one changes no
 // state) and handed to xl-train as JSON on its command line.
@@ -241,9 +242,9 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
                "an elastic job cannot also limit its switches "
                "(max_switches); drop one of them");
   }
-  if (r->gpus_per_node() < 0 || r->gpus_per_node() > 64) {
+  if (r->gpus_per_node() < 0 || r->gpus_per_node() > kMaxGpusPerNode) {
     return Bad("resources.gpus_per_node",
-               absl::StrCat("must be between 0 and 64, got ",
+               absl::StrCat("must be between 0 and ", kMaxGpusPerNode, ", got ",
                             r->gpus_per_node()));
   }
   if (r->ranks_per_node() < 0 || r->ranks_per_node() > kMaxRanksPerNode) {
@@ -253,6 +254,26 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   }
   if (r->ranks_per_node() == 0) {
     r->set_ranks_per_node(r->gpus_per_node() > 0 ? r->gpus_per_node() : 1);
+  }
+  // Every rank of a node sees all of the node's GPUs and takes one by
+  // LOCAL_RANK, so more ranks than GPUs puts two ranks on one GPU, which
+  // NCCL refuses on every attempt: refused here, before the job queues.
+  // xl-train on device cpu uses Gloo and no GPU, so it may have more.
+  const bool cpu_train = spec->has_train() && spec->train().device() == "cpu";
+  if (r->gpus_per_node() > 0 && r->ranks_per_node() > r->gpus_per_node() &&
+      !cpu_train) {
+    std::string fix =
+        absl::StrCat("set ranks_per_node to ", r->gpus_per_node(), " or less");
+    if (r->ranks_per_node() <= kMaxGpusPerNode) {
+      absl::StrAppend(&fix, ", or gpus_per_node to ", r->ranks_per_node());
+    }
+    return Bad("resources.ranks_per_node",
+               absl::StrCat(r->ranks_per_node(),
+                            " ranks per node but gpus_per_node is ",
+                            r->gpus_per_node(),
+                            "; a GPU rank needs its own GPU (NCCL cannot put "
+                            "two ranks of one job on one GPU): ",
+                            fix));
   }
   if (r->cpus_per_node() < 0) {
     return Bad("resources.cpus_per_node", "must not be negative");

@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "agent/inventory/nvml.h"
 #include "agent/inventory/sysfs.h"
 #include "common/proto_text.h"
@@ -202,6 +204,33 @@ TEST_F(FakeSysfsTest, DiscoversEthernetAndInfiniband) {
   EXPECT_EQ((*nics)[2].name(), "mlx5_0");
   EXPECT_EQ((*nics)[2].kind(), v1::INFINIBAND);
   EXPECT_DOUBLE_EQ((*nics)[2].gbps(), 200);
+}
+
+// An 8-rail node: every HCA under /sys/class/infiniband is a NIC of its
+// own (NCCL_IB_HCA lists them all), in name order, which is byte order
+// (mlx5_10 sorts before mlx5_2); IPoIB faces are not counted again.
+TEST_F(FakeSysfsTest, EveryHcaOfAnEightRailNodeIsItsOwnNic) {
+  for (int i = 0; i < 8; ++i) {
+    root_.Write(absl::StrCat("sys/class/infiniband/mlx5_", i, "/ports/1/rate"),
+                "400 Gb/sec (4X NDR)\n");
+    root_.Write(absl::StrCat("sys/class/net/ibp", i, "s0/type"), "32\n");
+  }
+  root_.Write("sys/class/infiniband/mlx5_10/ports/1/rate",
+              "200 Gb/sec (4X HDR)\n");
+  absl::StatusOr<std::vector<v1::Nic>> nics = DiscoverNics(root_.path());
+  ASSERT_TRUE(nics.ok()) << nics.status();
+  std::vector<std::string> hcas;
+  int at_400 = 0;
+  for (const v1::Nic& nic : *nics) {
+    if (nic.kind() != v1::INFINIBAND) continue;
+    hcas.push_back(nic.name());
+    at_400 += nic.gbps() == 400;
+  }
+  EXPECT_EQ(hcas, (std::vector<std::string>{"mlx5_0", "mlx5_1", "mlx5_10",
+                                            "mlx5_2", "mlx5_3", "mlx5_4",
+                                            "mlx5_5", "mlx5_6", "mlx5_7"}));
+  EXPECT_EQ(at_400, 8);
+  EXPECT_EQ(nics->size(), 2u + 9u);  // eth0, eth1 and the HCAs
 }
 
 TEST_F(FakeSysfsTest, DiscoverInventoryWithoutNvmlHasZeroGpus) {

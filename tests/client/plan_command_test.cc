@@ -213,6 +213,24 @@ TEST(PlanOfflineTest, Zero3On64GpusIsAbout1_9GBPerGpu) {
                                "1, on 8 nodes of 8 GPUs"));
 }
 
+// A V100 is still planned (for a program of one's own), and its row says
+// that xl-train cannot run there and why.
+TEST(PlanOfflineTest, SaysXlTrainCannotRunOnAV100) {
+  Result r = Xlctl({"plan", "--params", "1e9", "--precision", "fp16", "--gpu",
+                    "V100", "--offline"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Memory per GPU:"));
+  EXPECT_THAT(r.out, HasSubstr("V100-32GB  32.0 GiB           125  yes"));
+  EXPECT_THAT(r.out,
+              HasSubstr("xl-train cannot run on it: compute capability 7.0 "
+                        "(Volta): CUDA 13, which xl-train is built with, "
+                        "dropped Volta and older GPUs (7.2 and below)"));
+  Result a100 =
+      Xlctl({"plan", "--params", "1e9", "--gpu", "A100-80GB", "--offline"});
+  ASSERT_EQ(a100.code, 0) << a100.err;
+  EXPECT_THAT(a100.out, Not(HasSubstr("xl-train cannot run")));
+}
+
 TEST(PlanOfflineTest, JsonPrintsThePlanMessage) {
   Result r = Xlctl({"plan", "--params", "7.5B", "--zero", "3", "--gpus", "64",
                     "--offline", "-o", "json"});

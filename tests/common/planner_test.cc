@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/planner/gpu_catalogue.h"
+#include "common/planner/xl_train_gpus.h"
 
 namespace xl::planner {
 namespace {
@@ -18,6 +20,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr double kGB = 1e9;
 
@@ -393,6 +396,108 @@ TEST(GpuCatalogue, FindsShortAndNvmlNames) {
   EXPECT_EQ(a100.PeakTflops(v1::BF16), 312);
   EXPECT_EQ(a100.tf32_tflops, 156);
   EXPECT_EQ(a100.PeakTflops(v1::FP32), 19.5);
+}
+
+TEST(GpuCatalogue, CarriesNvidiasComputeCapabilities) {
+  struct Want {
+    const char* name;
+    int major, minor;
+  };
+  for (const Want& w :
+       {Want{"H200", 9, 0}, Want{"H100-SXM-80GB", 9, 0},
+        Want{"H100-PCIe-80GB", 9, 0}, Want{"A100-80GB", 8, 0},
+        Want{"A100-40GB", 8, 0}, Want{"L40S", 8, 9}, Want{"A40", 8, 6},
+        Want{"A30", 8, 0}, Want{"L4", 8, 9}, Want{"V100", 7, 0}}) {
+    const GpuSpec g = *FindGpu(w.name);
+    EXPECT_EQ(g.compute_major, w.major) << w.name;
+    EXPECT_EQ(g.compute_minor, w.minor) << w.name;
+  }
+  for (const GpuSpec& g : GpuCatalogue())
+    EXPECT_GT(g.compute_major, 0) << g.name;
+}
+
+// xl-train's CUDA 13 build: SASS for 8.0, 8.6, 8.9, 9.0 (8.0 runs on every
+// 8.x) and PTX that 10.0 and newer compile; nothing for 7.x and below.
+TEST(XlTrainGpus, RunsOnAmpereAndNewerOnly) {
+  for (auto [major, minor] : std::vector<std::pair<int, int>>{
+           {8, 0}, {8, 6}, {8, 7}, {8, 9}, {9, 0}, {10, 0}, {12, 0}}) {
+    std::string why = "untouched";
+    EXPECT_TRUE(XlTrainSupportsComputeCapability(major, minor, &why))
+        << major << "." << minor;
+    EXPECT_EQ(why, "untouched");
+  }
+  std::string why;
+  EXPECT_FALSE(XlTrainSupportsComputeCapability(7, 0, &why));
+  EXPECT_EQ(why,
+            "compute capability 7.0 (Volta): CUDA 13, which xl-train is built "
+            "with, dropped Volta and older GPUs (7.2 and below); xl-train "
+            "needs 8.0 or newer (A100, A30, A40, L4, L40S, H100, H200, B200); "
+            "a program of your own can still run here if built with CUDA 12");
+  // Turing is still a CUDA 13 target, just not one xl-train is built for.
+  EXPECT_FALSE(XlTrainSupportsComputeCapability(7, 5, &why));
+  EXPECT_THAT(why, HasSubstr("compute capability 7.5 (Turing): xl-train's "
+                             "CUDA 13 build has code for 8.0, 8.6, 8.9 and "
+                             "9.0"));
+  EXPECT_THAT(why, Not(HasSubstr("dropped")));
+  EXPECT_FALSE(XlTrainSupportsComputeCapability(6, 0, &why));
+  EXPECT_THAT(why, HasSubstr("6.0 (Pascal): CUDA 13"));
+  EXPECT_FALSE(XlTrainSupportsComputeCapability(0, 0, &why));
+  EXPECT_THAT(why, HasSubstr("not a compute capability"));
+  EXPECT_FALSE(XlTrainSupportsComputeCapability(7, 0, nullptr));
+}
+
+// The plan still covers a V100 (for a program of one's own), and says on
+// its row that xl-train cannot run there and why; an A100 row says nothing
+// of the kind. A plan for xl-train's MLP on a V100 warns.
+TEST(XlTrainGpus, PlanSaysWhichGpusCannotRunXlTrain) {
+  v1::ModelSpec m;
+  m.set_parameters(1e9);
+  absl::StatusOr<v1::Plan> plan = MakePlan(m, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  bool saw_v100 = false;
+  for (const v1::GpuFit& g : plan->gpus_that_fit()) {
+    if (g.model() == "V100-32GB") {
+      saw_v100 = true;
+      EXPECT_THAT(g.note(),
+                  HasSubstr("xl-train cannot run on it: compute capability "
+                            "7.0 (Volta): CUDA 13, which xl-train is built "
+                            "with, dropped Volta"));
+    } else {
+      EXPECT_THAT(g.note(), Not(HasSubstr("xl-train"))) << g.model();
+    }
+  }
+  EXPECT_TRUE(saw_v100);
+  for (const std::string& w : plan->warnings()) {
+    EXPECT_THAT(w, Not(HasSubstr("xl-train"))) << "not an xl-train plan";
+  }
+
+  // A fleet of V100s (NVML's name): planned, and said.
+  absl::StatusOr<v1::Plan> fleet =
+      MakePlan(m, {{"Tesla V100-SXM2-32GB", 32ull << 30, 16, 8}});
+  ASSERT_TRUE(fleet.ok()) << fleet.status();
+  ASSERT_EQ(fleet->gpus_that_fit_size(), 1);
+  EXPECT_THAT(fleet->gpus_that_fit(0).note(),
+              HasSubstr("xl-train cannot run on it: compute capability 7.0"));
+
+  v1::ModelSpec mlp;
+  mlp.mutable_mlp()->set_input_dim(256);
+  mlp.mutable_mlp()->set_hidden_dim(1024);
+  mlp.mutable_mlp()->set_hidden_layers(2);
+  mlp.mutable_mlp()->set_classes(16);
+  mlp.set_precision(v1::FP16);
+  mlp.set_gpu_model("V100");
+  absl::StatusOr<v1::Plan> on_v100 = MakePlan(mlp, {});
+  ASSERT_TRUE(on_v100.ok()) << on_v100.status();
+  EXPECT_EQ(on_v100->gpu_model(), "V100-32GB");
+  EXPECT_THAT(on_v100->warnings(),
+              Contains(HasSubstr("xl-train (the MLP's worker) cannot run on "
+                                 "V100-32GB: compute capability 7.0 (Volta)")));
+  mlp.set_gpu_model("A100-40GB");
+  absl::StatusOr<v1::Plan> on_a100 = MakePlan(mlp, {});
+  ASSERT_TRUE(on_a100.ok()) << on_a100.status();
+  for (const std::string& w : on_a100->warnings()) {
+    EXPECT_THAT(w, Not(HasSubstr("xl-train")));
+  }
 }
 
 }  // namespace

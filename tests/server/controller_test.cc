@@ -1,9 +1,13 @@
 // The controller with a real store, a fake clock and fake agent connections:
 // the environment of ranks, success, failure, requeue on node loss, time
 // limits, idempotency and cancel. No gRPC, no sleeps on the clock.
-#include "tests/server/controller_fixture.h"
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "common/duration.h"
+#include "server/control/launch.h"
+#include "tests/server/controller_fixture.h"
 
 namespace xl::control {
 namespace {
@@ -32,7 +36,7 @@ TEST_F(ControllerTest, RanksGetTorchrunEnvironmentAndJobSucceeds) {
   EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.1");
   EXPECT_EQ(env.at("MASTER_PORT"), "29500");
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "0,1");
-  EXPECT_EQ(env.at("NCCL_IB_HCA"), "ib0");
+  EXPECT_EQ(env.at("NCCL_IB_HCA"), "=ib0");
   EXPECT_EQ(env.at("XL_JOB_ID"), id);
   EXPECT_EQ(env.at("XL_ATTEMPT"), "1");
   EXPECT_EQ(env.at("XL_SCHEDULER"), "127.0.0.1:7070");
@@ -45,6 +49,100 @@ TEST_F(ControllerTest, RanksGetTorchrunEnvironmentAndJobSucceeds) {
   for (int r = 2; r < 4; ++r) Report("b", b.get(), id, 1, r, v1::RANK_EXITED);
   EXPECT_EQ(WaitState(id, v1::SUCCEEDED), v1::SUCCEEDED);
   EXPECT_EQ(controller_->GetQueue().gpus_in_use(), 0);
+}
+
+// The NCCL network variables BuildStartRanks sets for a node with `nics`
+// (name, kind, Gb/s): the shared environment of one rank.
+google::protobuf::Map<std::string, std::string> LaunchEnvWithNics(
+    const std::vector<std::tuple<std::string, v1::NicKind, double>>& nics) {
+  v1::Job job;
+  job.set_id("7");
+  job.set_attempt(1);
+  job.mutable_spec()->add_command("/bin/true");
+  job.mutable_spec()->mutable_resources()->set_ranks_per_node(1);
+  v1::Allocation a;
+  a.set_node("n");
+  a.add_ranks(0);
+  a.add_gpu_indices(0);
+  v1::NodeInventory inv;
+  for (const auto& [name, kind, gbps] : nics) {
+    v1::Nic* nic = inv.add_nics();
+    nic->set_name(name);
+    nic->set_kind(kind);
+    nic->set_gbps(gbps);
+  }
+  return BuildStartRanks(job, a, inv, LaunchContext{})
+      .start_ranks()
+      .ranks(0)
+      .env();
+}
+
+// An 8-rail node: every 400 Gb/s HCA goes to NCCL, in the inventory's
+// order, as exact names (mlx5_1 must not also take mlx5_10, the slower
+// storage HCA); the management Ethernet port is not named.
+TEST(LaunchEnvTest, EveryRailOfTheFastestSpeedIsAnExactNcclIbHca) {
+  std::vector<std::tuple<std::string, v1::NicKind, double>> nics = {
+      {"eno1", v1::ETHERNET, 25}};
+  for (int i = 0; i < 8; ++i) {
+    nics.emplace_back(absl::StrCat("mlx5_", i), v1::INFINIBAND, 400);
+  }
+  nics.emplace_back("mlx5_10", v1::INFINIBAND, 200);  // storage fabric
+  auto env = LaunchEnvWithNics(nics);
+  EXPECT_EQ(env.at("NCCL_IB_HCA"),
+            "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7");
+  EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
+}
+
+// Mixed nodes: the speed decides, then the kind. A faster Ethernet port
+// wins over slower HCAs (one interface, as NCCL_SOCKET_IFNAME); a tie
+// between Ethernet and HCAs (RoCE shows one card as both) goes to the
+// HCAs; Ethernet ports of one speed give the first of them only.
+TEST(LaunchEnvTest, MixedNodesGetTheFastestKind) {
+  auto eth = LaunchEnvWithNics({{"mlx5_0", v1::INFINIBAND, 100},
+                                {"mlx5_1", v1::INFINIBAND, 100},
+                                {"ens1", v1::ETHERNET, 200},
+                                {"ens2", v1::ETHERNET, 200}});
+  EXPECT_EQ(eth.at("NCCL_SOCKET_IFNAME"), "ens1");
+  EXPECT_EQ(eth.count("NCCL_IB_HCA"), 0u);
+
+  auto roce = LaunchEnvWithNics({{"ens1f0np0", v1::ETHERNET, 400},
+                                 {"ens2f0np0", v1::ETHERNET, 400},
+                                 {"mlx5_0", v1::INFINIBAND, 400},
+                                 {"mlx5_1", v1::INFINIBAND, 400},
+                                 {"mlx5_2", v1::INFINIBAND, 100}});
+  EXPECT_EQ(roce.at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1");
+  EXPECT_EQ(roce.count("NCCL_SOCKET_IFNAME"), 0u);
+
+  auto none = LaunchEnvWithNics({});
+  EXPECT_EQ(none.count("NCCL_IB_HCA") + none.count("NCCL_SOCKET_IFNAME"), 0u);
+}
+
+// Two ranks on one GPU fail NCCL on every attempt: such a job is refused
+// at submit, with the numbers and the fix, and leaves no job behind.
+TEST_F(ControllerTest, MoreRanksThanGpusPerNodeIsRefusedAndChangesNothing) {
+  auto a = AddNode("a", 8);
+  v1::SubmitJobRequest req;
+  req.set_idempotency_key("two-per-gpu");
+  req.mutable_spec()->add_command("/bin/true");
+  auto* r = req.mutable_spec()->mutable_resources();
+  r->set_nodes(2);
+  r->set_min_nodes(1);  // elastic: the same check
+  r->set_gpus_per_node(8);
+  r->set_ranks_per_node(16);
+  absl::Status st = SubmitRequest(req).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "resources.ranks_per_node: 16 ranks per node but gpus_per_node "
+            "is 8; a GPU rank needs its own GPU (NCCL cannot put two ranks "
+            "of one job on one GPU): set ranks_per_node to 8 or less, or "
+            "gpus_per_node to 16");
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
+  // The key was not taken: the fixed request makes a new job.
+  r->set_ranks_per_node(8);
+  auto fixed = SubmitRequest(req);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_TRUE(fixed->created());
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 1);
 }
 
 // The agent runs the ranks as the submitter, within what the job asked for

@@ -11,7 +11,10 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "server/scheduler/job_spec.h"
 
 namespace xl::scheduler {
@@ -777,6 +780,61 @@ TEST(JobSpecTest, ErrorsNameTheField) {
   ok.mutable_resources()->set_min_nodes(3);
   ASSERT_TRUE(ValidateJobSpec(&ok).ok());
   EXPECT_EQ(ok.resources().min_nodes(), 0);
+}
+
+// A GPU rank takes one GPU of its node: more ranks than GPUs put two ranks
+// on one GPU, which NCCL refuses on every attempt.
+TEST(JobSpecTest, MoreGpuRanksThanGpusPerNodeIsRefusedWithTheFix) {
+  auto spec_with = [](int gpus, int ranks) {
+    v1::JobSpec spec;
+    spec.add_command("/bin/true");
+    spec.mutable_resources()->set_gpus_per_node(gpus);
+    spec.mutable_resources()->set_ranks_per_node(ranks);
+    return spec;
+  };
+  v1::JobSpec two_per_gpu = spec_with(8, 16);
+  absl::Status st = ValidateJobSpec(&two_per_gpu);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "resources.ranks_per_node: 16 ranks per node but gpus_per_node "
+            "is 8; a GPU rank needs its own GPU (NCCL cannot put two ranks "
+            "of one job on one GPU): set ranks_per_node to 8 or less, or "
+            "gpus_per_node to 16");
+  // No node has more than 64 GPUs: that fix is not offered.
+  v1::JobSpec many = spec_with(8, 100);
+  st = ValidateJobSpec(&many);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::EndsWith(st.message(), "set ranks_per_node to 8 or less"))
+      << st.message();
+  // Elastic jobs run as many ranks on every node they get: the same check.
+  v1::JobSpec elastic = spec_with(4, 5);
+  elastic.mutable_resources()->set_nodes(8);
+  elastic.mutable_resources()->set_min_nodes(2);
+  EXPECT_EQ(ValidateJobSpec(&elastic).code(),
+            absl::StatusCode::kInvalidArgument);
+  // xl-train on CUDA is a GPU job like any other.
+  v1::JobSpec cuda_train = spec_with(2, 4);
+  cuda_train.clear_command();
+  cuda_train.mutable_train()->set_device("cuda");
+  EXPECT_EQ(ValidateJobSpec(&cuda_train).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // One rank per GPU, fewer ranks than GPUs (a rank driving several), the
+  // default (one per GPU), and CPU jobs are fine.
+  for (auto [gpus, ranks] : std::vector<std::pair<int, int>>{
+           {8, 8}, {8, 1}, {8, 0}, {0, 16}, {0, 0}}) {
+    v1::JobSpec ok = spec_with(gpus, ranks);
+    EXPECT_TRUE(ValidateJobSpec(&ok).ok())
+        << gpus << " GPUs, " << ranks << " ranks";
+  }
+  v1::JobSpec defaulted = spec_with(8, 0);
+  ASSERT_TRUE(ValidateJobSpec(&defaulted).ok());
+  EXPECT_EQ(defaulted.resources().ranks_per_node(), 8);
+  // xl-train on device cpu uses Gloo, not the GPUs it holds.
+  v1::JobSpec cpu_train = spec_with(2, 4);
+  cpu_train.clear_command();
+  cpu_train.mutable_train()->set_device("cpu");
+  EXPECT_TRUE(ValidateJobSpec(&cpu_train).ok());
 }
 
 TEST(JobSpecTest, CheckpointDirExpandsJobAndAttempt) {
