@@ -592,7 +592,8 @@ std::string MetricsCsv(
   std::string out =
       "time,attempt,rank,step,total_steps,loss,samples_per_second,"
       "step_seconds,compute_seconds,allreduce_seconds,data_wait_seconds,"
-      "allreduce_bus_gbps,mfu,peak_memory_bytes\n";
+      "allreduce_bus_gbps,mfu,peak_memory_bytes,batch_per_rank,"
+      "accumulation_steps,global_batch,precision,peak_tflops\n";
   for (const xl::v1::TrainMetrics& m : points) {
     // RFC 3339 in UTC, and every number in full: the file is for tools.
     const std::string time =
@@ -608,7 +609,12 @@ std::string MetricsCsv(
                         m.compute_seconds(), m.allreduce_seconds(),
                         m.data_wait_seconds(), m.allreduce_bus_gbps(),
                         m.mfu()),
-        ",", m.peak_memory_bytes(), "\n");
+        ",", m.peak_memory_bytes(), ",", m.batch_per_rank(), ",",
+        m.accumulation_steps(), ",", m.global_batch(), ",",
+        m.precision() == xl::v1::PRECISION_UNSPECIFIED
+            ? ""
+            : xl::v1::Precision_Name(m.precision()),
+        ",", absl::StrFormat("%.17g", m.peak_tflops()), "\n");
   }
   return out;
 }

@@ -153,6 +153,22 @@ absl::Status MessageNodeToJson(const YAML::Node& node,
       NodeToJson(kv.second, out);  // The parser reports the unknown field.
       continue;
     }
+    // "batch_per_rank: auto" is "batch_per_rank_auto: true" (TrainSpec
+    // only): xl-train sizes the batch at start.
+    if (message->full_name() == "xl.v1.TrainSpec" &&
+        field->name() == "batch_per_rank" && kv.second.IsScalar() &&
+        kv.second.Scalar() == "auto") {
+      if (node["batch_per_rank_auto"] || node["batchPerRankAuto"]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path.empty() ? key : path + "." + key,
+            ": auto, and batch_per_rank_auto beside it; keep one"));
+      }
+      *out += "0,";
+      *out += JsonQuote(
+          message->FindFieldByName("batch_per_rank_auto")->json_name());
+      *out += ":true";
+      continue;
+    }
     // An elastic job's nodes as a range: "nodes: {min: 2, max: 8}" is
     // "nodes: 8, min_nodes: 2" (ResourceRequest only).
     const auto* min_field =

@@ -131,7 +131,7 @@ absl::Status WriteCheckpoint(const std::string& dir, const TrainState& state,
   Append<uint64_t>(&header, count);
   Append<uint64_t>(&header, static_cast<uint64_t>(state.adam_t));
   Append<float>(&header, state.loss_scale);
-  Append<uint32_t>(&header, 0);
+  Append<uint32_t>(&header, static_cast<uint32_t>(state.batch_per_rank));
   Append<uint64_t>(&header, static_cast<uint64_t>(state.good_steps));
 
   const std::string path = CheckpointPath(dir, state.step);
@@ -249,6 +249,8 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path,
   s.adam_t = static_cast<int64_t>(ReadAt<uint64_t>(buf, 32));
   if (version >= 2) {
     s.loss_scale = ReadAt<float>(buf, kHeaderBytesV1);
+    s.batch_per_rank =
+        static_cast<int32_t>(ReadAt<uint32_t>(buf, kHeaderBytesV1 + 4));
     s.good_steps = static_cast<int64_t>(ReadAt<uint64_t>(buf, kHeaderBytesV1 + 8));
   }
   for (auto* vec : {&s.params, &s.m, &s.v}) {

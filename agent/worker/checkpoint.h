@@ -2,10 +2,11 @@
 // rank 0 (temp file, write, fsync, rename, fsync of the directory), the
 // newest valid one found at resume. Format, little-endian:
 //   "XLC1" | u32 version (2) | u64 step | u64 fingerprint | u64 count
-//   | u64 adam_t | f32 loss_scale | u32 0 | u64 good_steps
+//   | u64 adam_t | f32 loss_scale | u32 batch_per_rank | u64 good_steps
 //   | f32 params[count] | f32 m[count] | f32 v[count]
 //   | u64 FNV-1a-64 of every byte before it.
-// Version 1 (no loss_scale / good_steps) is still read.
+// Version 1 (no loss_scale / good_steps) is still read. batch_per_rank
+// (the micro-batch the run used) is 0 in files written before it was kept.
 // Free functions; safe from any thread for distinct directories.
 #ifndef XL_AGENT_WORKER_CHECKPOINT_H_
 #define XL_AGENT_WORKER_CHECKPOINT_H_
@@ -32,6 +33,10 @@ struct TrainState {
   // it last changed. 0: none (FP32/BF16, or a version 1 checkpoint).
   float loss_scale = 0;
   int64_t good_steps = 0;
+  // The batch per rank the run trained with (batch_per_rank: auto keeps it
+  // on resume, so the sample numbering goes on where it stopped); 0:
+  // unknown.
+  int32_t batch_per_rank = 0;
   std::vector<float> params;
   std::vector<float> m;
   std::vector<float> v;

@@ -23,20 +23,23 @@ namespace {
 struct PeakRow {
   const char* match;  // substring of cudaDeviceProp::name
   int sm_count;       // 0: any
-  double bf16_tflops;
+  double bf16_tflops;  // dense tensor-core bf16, the same as fp16
+  double fp32_tflops;  // CUDA cores, no TF32 (xl-train's FP32 is pedantic)
 };
 
-// Dense (no sparsity) bf16 tensor-core peaks from the vendor data sheets.
-// First match wins, so more specific names come first.
+// Dense (no sparsity) peaks from the vendor data sheets. First match wins,
+// so more specific names come first.
 constexpr PeakRow kPeaks[] = {
-    {"GH200", 0, 989.0},    {"H200 NVL", 0, 835.0}, {"H200", 0, 989.0},
-    {"H100 NVL", 0, 835.0}, {"H100 PCIe", 0, 756.0},
-    {"H100", 114, 756.0},   {"H100", 0, 989.0},  // 132 SMs: SXM
-    {"H800", 0, 989.0},     {"B200", 0, 2250.0},
-    {"A100", 0, 312.0},     {"A800", 0, 312.0},
-    {"L40S", 0, 362.0},     {"L40", 0, 181.0},
-    {"L4", 0, 121.0},       {"A10G", 0, 70.0},
-    {"A10", 0, 125.0},      {"RTX 6000 Ada", 0, 364.0},
+    {"GH200", 0, 989.0, 67.0},      {"H200 NVL", 0, 835.0, 60.0},
+    {"H200", 0, 989.0, 67.0},       {"H100 NVL", 0, 835.0, 60.0},
+    {"H100 PCIe", 0, 756.0, 51.0},  {"H100", 114, 756.0, 51.0},
+    {"H100", 0, 989.0, 67.0},  // 132 SMs: SXM
+    {"H800", 0, 989.0, 67.0},       {"B200", 0, 2250.0, 80.0},
+    {"A100", 0, 312.0, 19.5},       {"A800", 0, 312.0, 19.5},
+    {"A30", 0, 165.0, 10.3},        {"A40", 0, 149.7, 37.4},
+    {"L40S", 0, 362.0, 91.6},       {"L40", 0, 181.0, 90.5},
+    {"L4", 0, 121.0, 30.3},         {"A10G", 0, 70.0, 31.2},
+    {"A10", 0, 125.0, 31.2},        {"RTX 6000 Ada", 0, 364.0, 91.1},
 };
 
 // A device buffer freed at scope exit.
@@ -181,10 +184,13 @@ absl::StatusOr<GpuPeak> LookupGpuPeak(int device) {
   GpuPeak peak;
   peak.name = prop.name;
   peak.sm_count = prop.multiProcessorCount;
+  peak.major = prop.major;
+  peak.minor = prop.minor;
   for (const PeakRow& row : kPeaks) {
     if (absl::StrContains(peak.name, row.match) &&
         (row.sm_count == 0 || row.sm_count == peak.sm_count)) {
       peak.bf16_tflops = row.bf16_tflops;
+      peak.fp32_tflops = row.fp32_tflops;
       break;
     }
   }
@@ -192,14 +198,19 @@ absl::StatusOr<GpuPeak> LookupGpuPeak(int device) {
 }
 
 std::string GpuPeakTable() {
-  std::string out = "dense bf16 peak table (TFLOP/s, first match by name):\n";
+  std::string out =
+      "dense peak table (TFLOP/s bf16 = fp16 / fp32, first match by name):\n";
   for (const PeakRow& row : kPeaks) {
     absl::StrAppend(&out, "  ", row.match,
                     row.sm_count > 0 ? absl::StrCat(" (", row.sm_count, " SMs)")
                                      : std::string(),
-                    ": ", row.bf16_tflops, "\n");
+                    ": ", row.bf16_tflops, " / ", row.fp32_tflops, "\n");
   }
   return out;
+}
+
+double GpuPeak::Tflops(v1::Precision precision) const {
+  return precision == v1::FP32 ? fp32_tflops : bf16_tflops;
 }
 
 double ModelFlopsUtilization(int64_t params, double samples_per_second,

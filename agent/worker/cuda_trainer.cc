@@ -1,5 +1,5 @@
-// The GPU training loop; see cuda_trainer.h. Per step: the batch (made on
-// host threads while the previous step ran) is copied on the copy stream;
+// The GPU training loop; see cuda_trainer.h. Per step: the batch (made
+// ahead by BatchProducer's host threads) is copied on the copy stream;
 // forward and backward run on the compute stream; after each bucket's last
 // layer an event lets the NCCL stream all-reduce that bucket while backward
 // goes on; the optimizer waits for the last bucket. The host waits for each
@@ -13,20 +13,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <future>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "agent/worker/batch_fit.h"
+#include "agent/worker/batch_producer.h"
 #include "agent/worker/checkpoint.h"
 #include "agent/worker/cuda_check.h"
 #include "agent/worker/cuda_mlp.h"
 #include "agent/worker/data.h"
-#include "agent/worker/data_shards.h"
+#include "agent/worker/kernels.h"
 #include "agent/worker/nccl_collective.h"
 #include "common/duration.h"
+#include "common/planner/xl_train_gpus.h"
 #include "common/status.h"
 
 namespace xl::worker {
@@ -60,65 +62,6 @@ std::vector<float> InitialParams(const TrainConfig& config,
   for (auto& th : pool) th.join();
   return params;
 }
-
-// Makes rank `rank`'s batch of a step on several host threads. Sample n =
-// step*W*B + rank*B + i is the same as sample n of sub-batch s of B/k
-// samples for "rank" rank*k+s of "world" W*k, so each thread calls
-// SyntheticData::Batch on its slice and the batch is bitwise the same.
-class BatchMaker {
- public:
-  BatchMaker(const TrainConfig& config, int rank, int world)
-      : config_(config), rank_(rank), world_(world) {
-    const int b = config.batch_per_rank;
-    const int max_k =
-        std::max(1u, std::min(8u, std::thread::hardware_concurrency() / 2));
-    for (int k = max_k; k >= 1; --k) {
-      if (b % k == 0) {
-        parts_ = k;
-        break;
-      }
-    }
-    TrainConfig sub = config;
-    sub.batch_per_rank = b / parts_;
-    for (int s = 0; s < parts_; ++s) {
-      sources_.push_back(std::make_unique<SyntheticData>(sub));
-    }
-  }
-
-  absl::Status Open(int64_t first_step) {
-    if (config_.shards.empty()) return absl::OkStatus();
-    auto r =
-        ShardReader::Open(config_.shards, config_, rank_, world_, first_step);
-    if (!r.ok()) return r.status();
-    reader_ = *std::move(r);
-    return absl::OkStatus();
-  }
-
-  // Called for steps in increasing order (the shard reader is sequential).
-  absl::Status Make(int64_t step, float* x, int32_t* labels) {
-    if (reader_) return reader_->Next(x, labels);
-    const int sub_b = config_.batch_per_rank / parts_;
-    std::vector<std::thread> pool;
-    for (int s = 0; s < parts_; ++s) {
-      pool.emplace_back([&, s] {
-        sources_[s]->Batch(
-            step, rank_ * parts_ + s, world_ * parts_,
-            x + static_cast<size_t>(s) * sub_b * config_.input_dim,
-            labels + static_cast<size_t>(s) * sub_b);
-      });
-    }
-    for (auto& t : pool) t.join();
-    return absl::OkStatus();
-  }
-
- private:
-  TrainConfig config_;
-  int rank_;
-  int world_;
-  int parts_ = 1;
-  std::vector<std::unique_ptr<SyntheticData>> sources_;
-  std::unique_ptr<ShardReader> reader_;
-};
 
 // CUDA objects of one run, freed in the destructor.
 struct DeviceResources {
@@ -173,13 +116,13 @@ int LocalRank() {
   return 0;
 }
 
-absl::Status Train(const TrainConfig& config, const RankInfo& info,
+absl::Status Train(const TrainConfig& given, const RankInfo& info,
                    Rendezvous* rendezvous, MetricsSink* sink,
                    const std::string& checkpoint_dir,
                    const CudaTrainOptions& options) {
   const int rank = info.rank;
   const int world = info.world;
-  const int batch = config.batch_per_rank;
+  TrainConfig config = given;
   SetCheckRank(rank);
   const int gpus = CudaDeviceCount();
   if (gpus == 0) {
@@ -190,6 +133,27 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   const int device = options.device >= 0 ? options.device : LocalRank() % gpus;
   XL_CUDA_CHECK(cudaSetDevice(device));
   ASSIGN_OR_RETURN(GpuPeak peak, LookupGpuPeak(device));
+  {
+    std::string why;
+    if (!planner::XlTrainSupportsComputeCapability(peak.major, peak.minor,
+                                                   &why)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("GPU ", device, " (", peak.name, ") cannot run "
+                       "xl-train: ", why));
+    }
+    // And this binary: a build for fewer architectures than the default
+    // (CMAKE_CUDA_ARCHITECTURES) may lack this GPU's code.
+    if (cudaError_t e = ProbeKernelImage(); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GPU ", device, " (", peak.name, ", compute capability ",
+          peak.major, ".", peak.minor, ") cannot run this xl-train: ",
+          cudaGetErrorString(e),
+          "; it was built without code for this GPU: rebuild with "
+          "CMAKE_CUDA_ARCHITECTURES including ", peak.major, peak.minor,
+          " (the default covers 80, 86, 89 and 90 plus PTX)"));
+    }
+  }
 
   // Device memory in use before this worker allocates anything (the CUDA
   // context, other processes): peak memory is reported above it.
@@ -205,15 +169,14 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   DeviceResources res;
   XL_CUDA_CHECK(cudaStreamCreateWithFlags(&res.compute, cudaStreamNonBlocking));
   XL_CUDA_CHECK(cudaStreamCreateWithFlags(&res.copy, cudaStreamNonBlocking));
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaMlp> model,
-                   CudaMlp::Create(config, batch, res.compute));
-  const int64_t count = model->param_count();
-  const uint64_t fingerprint = ConfigFingerprint(config);
-  // Periodic checkpoints are written off the loop: it pays only for the
-  // copy from the GPU.
-  CheckpointWriter writer(PeriodicCheckpoints(
-      checkpoint_dir, fingerprint, options.base.keep_checkpoints));
 
+  // Declared before the communicator so that it is destroyed after it: a
+  // failed step may leave all-reduces queued on the model's gradients, and
+  // the communicator's destructor aborts them (with its timeout) where
+  // freeing the model first would wait on them forever.
+  std::unique_ptr<CudaMlp> model;
+  // The communicator first: its buffers are not the model's to fit into
+  // (see the barrier below).
   std::unique_ptr<NcclCollective> nccl;
   if (world > 1) {
     NcclOptions options = NcclOptions::FromEnv();
@@ -224,23 +187,92 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
                      NcclCollective::Create(rank, world, rendezvous, options));
   }
 
+  // Rank 0 reads the newest checkpoint now: a resumed run keeps the batch
+  // it trained with (below); the state is broadcast after the model exists.
+  TrainState loaded;
+  std::string loaded_path;
+  bool have_checkpoint = false;
+  if (rank == 0 && !checkpoint_dir.empty()) {
+    ASSIGN_OR_RETURN(LoadedCheckpoint r,
+                     LoadNewestCheckpoint(checkpoint_dir,
+                                          ConfigFingerprint(config),
+                                          config.ParamCount()));
+    if (r.state.has_value()) {
+      loaded = *std::move(r.state);
+      loaded_path = r.path;
+      have_checkpoint = true;
+    }
+  }
+
+  // batch_per_rank auto / global_batch: rank 0 fits the batch to its free
+  // memory and every rank takes that choice (a batch per rank that differs
+  // would misalign the data); a rank with less room says so.
+  if (config.batch_auto || config.global_batch > 0) {
+    // NCCL connects lazily, its buffers allocated at the first collective:
+    // one here, so that the free memory measured is left after them.
+    if (nccl) RETURN_IF_ERROR(nccl->Barrier());
+    size_t free_b = 0, total_b = 0;
+    XL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    std::string line;
+    absl::Status fit = FitBatchForRun(
+        &config, world, /*cpu=*/false, static_cast<double>(free_b),
+        have_checkpoint ? loaded.batch_per_rank : 0, &line);
+    // [ok, batch, micro-batches]; small integers are exact in a float.
+    float wire[3] = {fit.ok() ? 1.0f : 0.0f,
+                     static_cast<float>(config.batch_per_rank),
+                     static_cast<float>(config.accumulation_steps)};
+    if (nccl) RETURN_IF_ERROR(nccl->Broadcast(wire, 3, 0));
+    if (!fit.ok()) return fit;
+    if (wire[0] != 1.0f) {
+      return absl::FailedPreconditionError(
+          "rank 0 could not fit train.batch_per_rank: auto (its error says "
+          "why)");
+    }
+    config.batch_per_rank = static_cast<int>(wire[1]);
+    config.accumulation_steps = static_cast<int>(wire[2]);
+    if (config.batch_auto &&
+        MaxBatchPerRank(config, false, static_cast<double>(free_b),
+                        config.accumulation_steps) < config.batch_per_rank) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "train.batch_per_rank: auto: rank 0 chose ", config.batch_per_rank,
+          " but GPU ", device, " of rank ", rank, " has only ",
+          free_b >> 20, " MiB free (another process on it?)"));
+    }
+    if (rank == 0) {
+      std::printf("xl-train: %s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (config.accumulation_steps > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "train.global_batch: ", config.global_batch, " needs ",
+        config.accumulation_steps,
+        " micro-batches per step, and the CUDA worker does not accumulate "
+        "gradients yet (the CPU worker does); use global_batch = ranks x "
+        "batch_per_rank, or more ranks"));
+  }
+  const int batch = config.batch_per_rank;
+
+  ASSIGN_OR_RETURN(model, CudaMlp::Create(config, batch, res.compute));
+  const int64_t count = model->param_count();
+  const uint64_t fingerprint = ConfigFingerprint(config);
+  // Periodic checkpoints are written off the loop: it pays only for the
+  // copy from the GPU.
+  CheckpointWriter writer(PeriodicCheckpoints(
+      checkpoint_dir, fingerprint, options.base.keep_checkpoints));
+
   // Init or resume. Rank 0 reads the newest checkpoint and broadcasts it
   // (as the CPU path does), so every rank holds bitwise the same state.
   int64_t start = 0;
   {
     std::vector<float> params = InitialParams(config, model->layers());
-    TrainState loaded;
     // wire: [found, step, adam_t and good_steps as the bits of three int64,
     // loss_scale].
     float wire[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t meta[3] = {0, 0, 0};
     static_assert(sizeof(meta) == 6 * sizeof(float));
-    if (rank == 0 && !checkpoint_dir.empty()) {
-      ASSIGN_OR_RETURN(
-          LoadedCheckpoint r,
-          LoadNewestCheckpoint(checkpoint_dir, fingerprint, count));
-      if (r.state.has_value()) {
-        loaded = *std::move(r.state);
+    if (rank == 0 && have_checkpoint) {
+      {
         wire[0] = 1;
         meta[0] = loaded.step;
         meta[1] = loaded.adam_t;
@@ -248,7 +280,7 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
         std::memcpy(&wire[1], meta, sizeof(meta));
         wire[7] = loaded.loss_scale;
         std::printf("xl-train: resuming from %s (step %lld) on GPU\n",
-                    r.path.c_str(), static_cast<long long>(loaded.step));
+                    loaded_path.c_str(), static_cast<long long>(loaded.step));
       }
     }
     if (nccl) RETURN_IF_ERROR(nccl->Broadcast(wire, 8, 0));
@@ -273,17 +305,20 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
     }
   }
 
-  // Data: two pinned host slots and two device slots.
+  // Data: the producer's pinned host slots (three: it makes two steps
+  // ahead) and two device slots.
+  constexpr int kHostSlots = 3;
   const size_t x_bytes =
       static_cast<size_t>(batch) * config.input_dim * sizeof(float);
   const size_t l_bytes = static_cast<size_t>(batch) * sizeof(int32_t);
-  float* hx[2];
-  int32_t* hl[2];
+  std::vector<BatchSlot> host_slots(kHostSlots);
+  for (BatchSlot& slot : host_slots) {
+    RETURN_IF_ERROR(res.Pinned(&slot.x, x_bytes));
+    RETURN_IF_ERROR(res.Pinned(&slot.labels, l_bytes));
+  }
   float* dx[2];
   int32_t* dl[2];
   for (int s = 0; s < 2; ++s) {
-    RETURN_IF_ERROR(res.Pinned(&hx[s], x_bytes));
-    RETURN_IF_ERROR(res.Pinned(&hl[s], l_bytes));
     RETURN_IF_ERROR(res.Device(&dx[s], x_bytes));
     RETURN_IF_ERROR(res.Device(&dl[s], l_bytes));
   }
@@ -318,18 +353,21 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   std::vector<cudaEvent_t> bucket_ready(buckets.size());
   for (auto& e : bucket_ready) RETURN_IF_ERROR(res.Event(&e, false));
 
-  BatchMaker maker(config, rank, world);
-  RETURN_IF_ERROR(maker.Open(start));
-  auto make_async = [&](int64_t step) {
-    const int slot = static_cast<int>(step % 2);
-    return std::async(std::launch::async, [&maker, step, slot, &hx, &hl] {
-      return maker.Make(step, hx[slot], hl[slot]);
-    });
-  };
-  std::future<absl::Status> next_batch;
-  if (start < config.steps) next_batch = make_async(start);
+  // Per bucket: events around its all-reduce on the NCCL stream, so its
+  // own time (not the wait for backward) gives its bandwidth.
+  std::vector<cudaEvent_t> bucket_start(buckets.size()),
+      bucket_end(buckets.size());
+  for (auto& e : bucket_start) RETURN_IF_ERROR(res.Event(&e, true));
+  for (auto& e : bucket_end) RETURN_IF_ERROR(res.Event(&e, true));
+  std::vector<double> bucket_seconds(buckets.size(), 0.0);
 
-  const uint64_t grad_bytes = static_cast<uint64_t>(count) * sizeof(float);
+  // Batches are made ahead by a pool of host threads; what each holds
+  // depends on the step alone (BatchProducerTest).
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<BatchProducer> producer,
+      BatchProducer::Start(config, rank, world, start, config.steps,
+                           host_slots, ProducerThreads(16)));
+
   uint64_t peak_used = 0;
   auto sample_memory = [&] {
     size_t free_b = 0, total_b = 0;
@@ -344,10 +382,12 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   };
   sample_memory();
 
-  MetricsInterval interval({info.job_id, info.attempt, rank, world, batch,
-                            grad_bytes, start, config.steps,
-                            static_cast<uint64_t>(count),
-                            peak.bf16_tflops * 1e12});
+  const double peak_tflops = peak.Tflops(model->precision());
+  MetricsInterval::Run run = MetricsRunFor(info, config, buckets, start);
+  run.params = static_cast<uint64_t>(count);
+  run.peak_flops = peak_tflops * 1e12;
+  run.precision = model->precision();
+  MetricsInterval interval(run);
   absl::Time timed_start = absl::Now();
   int64_t timed_steps = 0;
   const int64_t first_timed = start + options.warmup_steps;
@@ -358,18 +398,14 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
     if (step == first_timed) timed_start = absl::Now();
     const absl::Time t0 = absl::Now();
     const int slot = static_cast<int>(step % 2);
-    RETURN_IF_ERROR(next_batch.get());
+    ASSIGN_OR_RETURN(BatchSlot in, producer->Acquire(step));
     const absl::Time t1 = absl::Now();
     XL_CUDA_CHECK(cudaEventRecord(ev_copy_start, res.copy));
-    XL_CUDA_CHECK(cudaMemcpyAsync(dx[slot], hx[slot], x_bytes,
+    XL_CUDA_CHECK(cudaMemcpyAsync(dx[slot], in.x, x_bytes,
                                   cudaMemcpyHostToDevice, res.copy));
-    XL_CUDA_CHECK(cudaMemcpyAsync(dl[slot], hl[slot], l_bytes,
+    XL_CUDA_CHECK(cudaMemcpyAsync(dl[slot], in.labels, l_bytes,
                                   cudaMemcpyHostToDevice, res.copy));
     XL_CUDA_CHECK(cudaEventRecord(ev_copy_done, res.copy));
-    // The other host slot was last copied during the previous step, which
-    // has completed: the next batch can be made there now, overlapping
-    // this step's GPU work.
-    if (step + 1 < config.steps) next_batch = make_async(step + 1);
 
     XL_CUDA_CHECK(cudaStreamWaitEvent(res.compute, ev_copy_done, 0));
     XL_CUDA_CHECK(cudaEventRecord(ev_start, res.compute));
@@ -378,13 +414,16 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
       const int b = bucket_of_layer[l];
       if (!nccl || b < 0) return absl::OkStatus();
       XL_CUDA_CHECK(cudaEventRecord(bucket_ready[b], res.compute));
+      XL_CUDA_CHECK(cudaStreamWaitEvent(nccl->stream(), bucket_ready[b], 0));
       if (!ar_started) {
-        XL_CUDA_CHECK(cudaStreamWaitEvent(nccl->stream(), bucket_ready[b], 0));
         XL_CUDA_CHECK(cudaEventRecord(ev_ar_start, nccl->stream()));
         ar_started = true;
       }
-      return nccl->EnqueueAllReduceMean(model->grads() + buckets[b].first,
-                                        buckets[b].second, bucket_ready[b]);
+      XL_CUDA_CHECK(cudaEventRecord(bucket_start[b], nccl->stream()));
+      RETURN_IF_ERROR(nccl->EnqueueAllReduceMean(
+          model->grads() + buckets[b].first, buckets[b].second, nullptr));
+      XL_CUDA_CHECK(cudaEventRecord(bucket_end[b], nccl->stream()));
+      return absl::OkStatus();
     };
     RETURN_IF_ERROR(
         model->ForwardBackward(dx[slot], dl[slot], batch, on_layer));
@@ -418,6 +457,11 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
       XL_CUDA_CHECK(cudaEventSynchronize(ev_step_done));
     }
     const absl::Time t4 = absl::Now();
+    // The step is done, its copy with it: the host slot may be refilled.
+    producer->Release(step);
+    for (size_t b = 0; nccl && b < buckets.size(); ++b) {
+      bucket_seconds[b] = ElapsedSeconds(bucket_start[b], bucket_end[b]);
+    }
     const float loss = h_scalars[0];
     const bool stopping = h_scalars[1] > 0;
     last_loss = loss;
@@ -426,7 +470,8 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
         Seconds(t0, t1) + ElapsedSeconds(ev_copy_start, ev_copy_done),
         ElapsedSeconds(ev_start, ev_bwd_done) +
             ElapsedSeconds(ev_ar_done, ev_step_done),
-        ElapsedSeconds(ev_ar_start, ev_ar_done), Seconds(t0, t4));
+        ElapsedSeconds(ev_ar_start, ev_ar_done), Seconds(t0, t4),
+        nccl ? bucket_seconds.data() : nullptr);
     if (step >= first_timed) ++timed_steps;
     const int64_t done = step + 1;
 
@@ -444,6 +489,7 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
       (void)writer.Wait();  // Its failure was said when it happened.
       TrainState s;
       s.step = done;
+      s.batch_per_rank = batch;
       s.params.resize(count);
       s.m.resize(count);
       s.v.resize(count);
@@ -459,7 +505,6 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
       }
     }
     if (stopping) {
-      if (next_batch.valid()) next_batch.wait();
       if (options.base.final_params) {
         options.base.final_params->resize(count);
         RETURN_IF_ERROR(model->GetParams(options.base.final_params->data()));
@@ -473,7 +518,6 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
     }
     if (options.base.crash_after_steps > 0 &&
         done == options.base.crash_after_steps) {
-      if (next_batch.valid()) next_batch.wait();
       return absl::AbortedError(
           absl::StrCat("simulated crash after step ", done));
     }
@@ -488,15 +532,14 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
       timed_steps > 0 && timed_wall > 0
           ? static_cast<double>(timed_steps) * world * batch / timed_wall
           : 0;
-  const double mfu =
-      ModelFlopsUtilization(count, sps / world, peak.bf16_tflops);
+  const double mfu = ModelFlopsUtilization(count, sps / world, peak_tflops);
   if (options.stats != nullptr) {
     CudaRunStats& st = *options.stats;
     st.steps_run = config.steps - start;
     st.samples_per_second = sps;
     st.step_seconds = timed_steps > 0 ? timed_wall / timed_steps : 0;
     st.mfu = mfu;
-    st.peak_tflops = peak.bf16_tflops;
+    st.peak_tflops = peak_tflops;
     st.device_name = peak.name;
     st.peak_memory_bytes = peak_used;
     st.last_loss = last_loss;
@@ -504,10 +547,11 @@ absl::Status Train(const TrainConfig& config, const RankInfo& info,
   if (rank == 0) {
     std::printf(
         "xl-train: done, %lld steps on %s; %.0f samples/s, MFU %.1f%% of "
-        "%.0f TFLOP/s dense bf16 per GPU (%s), peak GPU memory %.2f GiB\n",
+        "%.0f TFLOP/s dense %s per GPU (%s), peak GPU memory %.2f GiB\n",
         static_cast<long long>(config.steps), peak.name.c_str(), sps,
-        100.0 * mfu, peak.bf16_tflops,
-        peak.bf16_tflops > 0 ? "table below" : "device not in the table",
+        100.0 * mfu, peak_tflops,
+        v1::Precision_Name(model->precision()).c_str(),
+        peak_tflops > 0 ? "table below" : "device not in the table",
         static_cast<double>(peak_used) / (1ull << 30));
     std::printf("%s", GpuPeakTable().c_str());
     std::fflush(stdout);

@@ -36,7 +36,7 @@ struct CudaRunStats {
   double samples_per_second = 0;  // global, over the timed steps
   double step_seconds = 0;        // mean over the timed steps
   double mfu = 0;                 // 6 * params * samples / s / peak
-  double peak_tflops = 0;
+  double peak_tflops = 0;         // one device's, in the precision used
   std::string device_name;
   uint64_t peak_memory_bytes = 0;
   float last_loss = 0;
@@ -59,11 +59,17 @@ absl::Status RunCudaTraining(const TrainConfig& config, const RankInfo& info,
 // Visible CUDA devices; 0 when there is no driver or no GPU.
 int CudaDeviceCount();
 
-// The device's dense bf16 tensor peak, looked up by name (then SM count).
+// The device's dense peaks, looked up by name (then SM count), and its
+// compute capability.
 struct GpuPeak {
   std::string name;
   int sm_count = 0;
-  double bf16_tflops = 0;  // 0 when the device is not in the table
+  int major = 0;
+  int minor = 0;
+  double bf16_tflops = 0;  // tensor cores, = fp16; 0: not in the table
+  double fp32_tflops = 0;  // CUDA cores (xl-train's FP32 runs without TF32)
+  // The peak of the precision the GEMMs run in.
+  double Tflops(v1::Precision precision) const;
 };
 absl::StatusOr<GpuPeak> LookupGpuPeak(int device);
 // The table LookupGpuPeak uses, one "name: N TFLOP/s" per line.

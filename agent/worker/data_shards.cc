@@ -195,7 +195,7 @@ ShardReader::~ShardReader() {
 
 absl::Status ShardReader::ReadBatch(int64_t step, Batch* out) {
   const int d = config_.input_dim;
-  const uint64_t b = config_.batch_per_rank;
+  const uint64_t b = config_.StepBatch();
   const uint64_t rec = (static_cast<uint64_t>(d) + 1) * 4;
   out->x.resize(b * d);
   out->labels.resize(b);

@@ -362,4 +362,9 @@ template cudaError_t LaunchCastToFloat<float>(const float*, float*, size_t,
 
 #undef XL_INSTANTIATE
 
+cudaError_t ProbeKernelImage() {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, MeanLossKernel);
+}
+
 }  // namespace xl::worker

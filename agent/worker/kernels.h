@@ -92,6 +92,11 @@ template <typename T>
 cudaError_t LaunchCastToFloat(const T* in, float* out, size_t n,
                               cudaStream_t stream);
 
+// cudaSuccess when this build has code the current device can run (machine
+// code for its architecture, or PTX the driver can compile for it);
+// cudaErrorNoKernelImageForDevice (or another error) when not.
+cudaError_t ProbeKernelImage();
+
 }  // namespace xl::worker
 
 #endif  // XL_AGENT_WORKER_KERNELS_H_

@@ -35,19 +35,26 @@ class MetricsInterval {
     int attempt = 0;
     int rank = 0;
     int world = 1;
-    int batch_per_rank = 0;
+    int batch_per_rank = 0;  // the micro-batch when accumulating
+    int accumulation_steps = 1;
     uint64_t grad_bytes = 0;  // all-reduced per step
+    // Each gradient bucket's bytes, in all-reduce order; AddStep's
+    // bucket_seconds follow it.
+    std::vector<uint64_t> bucket_bytes;
     int64_t resumed_from_step = 0;
     int64_t total_steps = 0;
     // For MFU: the model's parameters and one device's peak FLOP/s in the
     // precision used (0: unknown, no MFU).
     uint64_t params = 0;
     double peak_flops = 0;
+    v1::Precision precision = v1::FP32;
   };
 
   explicit MetricsInterval(Run run) : run_(std::move(run)) {}
+  // bucket_seconds: each bucket's own all-reduce time this step
+  // (Run::bucket_bytes.size() values), or null when not measured.
   void AddStep(double data_s, double compute_s, double allreduce_s,
-               double step_s);
+               double step_s, const double* bucket_seconds = nullptr);
   // The interval's metrics after `step` completed steps; starts the next
   // interval.
   v1::TrainMetrics Finish(int64_t step, float loss,
@@ -58,6 +65,8 @@ class MetricsInterval {
   absl::Time start_ = absl::Now();
   int64_t steps_ = 0;
   double data_ = 0, compute_ = 0, allreduce_ = 0, step_ = 0;
+  std::vector<double> bucket_seconds_;  // summed over the interval
+  int64_t bucket_steps_ = 0;
 };
 
 // "step 20/100 loss 0.4321 samples/s 12345 step 1.2ms compute 0.9ms

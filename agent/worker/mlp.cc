@@ -117,7 +117,9 @@ float Mlp::Loss(const float* x, const int32_t* labels, int batch) {
                              nullptr);
 }
 
-float Mlp::ForwardBackward(const float* x, const int32_t* labels, int batch) {
+float Mlp::ForwardBackward(const float* x, const int32_t* labels, int batch,
+                           bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
   Forward(x, batch);
   const float loss = SoftmaxCrossEntropy(logits_.data(), labels, batch,
                                          config_.classes, dlogits_.data());
@@ -128,10 +130,10 @@ float Mlp::ForwardBackward(const float* x, const int32_t* labels, int batch) {
     const float* a = acts_[li].data();
     // dW [out x in] = dz^T [out x B] * a [B x in]
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.out, s.in, batch,
-                1.0f, dz, s.out, a, s.in, 0.0f, grads_.data() + s.w_offset,
+                1.0f, dz, s.out, a, s.in, beta, grads_.data() + s.w_offset,
                 s.in);
     float* db = grads_.data() + s.b_offset;
-    std::fill_n(db, s.out, 0.0f);
+    if (!accumulate) std::fill_n(db, s.out, 0.0f);
     for (int i = 0; i < batch; ++i) {
       const float* row = dz + static_cast<size_t>(i) * s.out;
       for (int j = 0; j < s.out; ++j) db[j] += row[j];

@@ -42,10 +42,15 @@ class Mlp {
 
   // W_l from the counter RNG keyed (seed, kInitStream + l, i), b_l = 0.
   void Init();
+  // Sizes the activation buffers for batches up to `batch` now (they also
+  // grow on demand); for a batch chosen after construction.
+  void ReserveBatch(int batch) { EnsureBatch(batch); }
 
-  // Mean loss over the batch; fills grads() (overwriting) and keeps the
-  // activations of this batch. labels in [0, classes).
-  float ForwardBackward(const float* x, const int32_t* labels, int batch);
+  // Mean loss over the batch; fills grads() (overwriting, or adding to
+  // them when `accumulate`, for micro-batches) and keeps the activations of
+  // this batch. labels in [0, classes).
+  float ForwardBackward(const float* x, const int32_t* labels, int batch,
+                        bool accumulate = false);
   // Mean loss over the batch, forward only; grads untouched.
   float Loss(const float* x, const int32_t* labels, int batch);
 

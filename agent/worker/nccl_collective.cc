@@ -240,6 +240,10 @@ absl::Status NcclCollective::AllReduceMean(float* data, size_t count) {
   absl::Status st = EnqueueAllReduceMean(dev, count, nullptr);
   if (!st.ok()) return st;
   if (staged) {
+    // A copy into pageable memory blocks the host until the stream drains,
+    // past any timeout: wait for the collective by polling first.
+    st = Synchronize();
+    if (!st.ok()) return st;
     XL_CUDA_CHECK(
         cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream_));
   }
@@ -270,6 +274,10 @@ absl::Status NcclCollective::Broadcast(float* data, size_t count, int root) {
     if (!st.ok()) return st;
   }
   if (staged) {
+    // As in AllReduceMean: the resume's broadcast waits for a peer that may
+    // never come, so it is polled against the timeout before the copy back.
+    absl::Status st = Synchronize();
+    if (!st.ok()) return st;
     XL_CUDA_CHECK(
         cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream_));
   }

@@ -44,6 +44,15 @@ absl::StatusOr<TrainConfig> ResolveTrainSpec(const v1::TrainSpec& spec,
   if (spec.hidden_layers() != 0) c.hidden_layers = spec.hidden_layers();
   if (spec.classes() != 0) c.classes = spec.classes();
   if (spec.batch_per_rank() != 0) c.batch_per_rank = spec.batch_per_rank();
+  if (spec.batch_per_rank_auto()) {
+    if (spec.batch_per_rank() != 0) {
+      return absl::InvalidArgumentError(
+          "train.batch_per_rank: give a number or auto, not both "
+          "(batch_per_rank_auto is set)");
+    }
+    c.batch_auto = true;
+  }
+  c.global_batch = spec.global_batch();
   if (spec.steps() != 0) c.steps = spec.steps();
   if (spec.learning_rate() != 0) c.learning_rate = spec.learning_rate();
   // weight_decay 0 is a legitimate choice but indistinguishable from "unset"
@@ -70,6 +79,9 @@ absl::StatusOr<TrainConfig> ResolveTrainSpec(const v1::TrainSpec& spec,
   if (!(st = Range("hidden_layers", c.hidden_layers, 0, 1024)).ok()) return st;
   if (!(st = Range("classes", c.classes, 2, 1 << 20)).ok()) return st;
   if (!(st = Range("batch_per_rank", c.batch_per_rank, 1, 1 << 20)).ok()) {
+    return st;
+  }
+  if (!(st = Range("global_batch", c.global_batch, 0, 1 << 30)).ok()) {
     return st;
   }
   if (!(st = Range("steps", c.steps, 1, INT32_MAX)).ok()) return st;

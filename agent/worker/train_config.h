@@ -17,7 +17,9 @@
 // learning rate; decoupled weight decay (w -= lr * wd * w) on W only.
 //
 // Data (synthetic): sample n of the run (n = step * world * batch + rank *
-// batch + i, so N ranks of batch b see what one rank of batch N*b sees) has
+// batch + i, so N ranks of batch b see what one rank of batch N*b sees;
+// batch = StepBatch(), so k micro-batches of b see what one batch of k*b
+// sees) has
 // x[j] ~ Normal(0,1) from the counter RNG keyed (seed, kDataStream + n, j)
 // and label argmax of a fixed teacher: input_dim -> 64 tanh -> classes, its
 // weights Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) keyed (seed,
@@ -45,7 +47,14 @@ struct TrainConfig {
   int hidden_dim = 1024;
   int hidden_layers = 2;
   int classes = 16;
+  // The batch each rank runs at once (a micro-batch when accumulating).
   int batch_per_rank = 64;
+  // TrainSpec.batch_per_rank_auto: FitBatch sets batch_per_rank at start.
+  bool batch_auto = false;
+  // TrainSpec.global_batch (0: none); FitBatch derives accumulation_steps.
+  int global_batch = 0;
+  // Micro-batches per optimizer step per rank.
+  int accumulation_steps = 1;
   int64_t steps = 100;
   double learning_rate = 1e-3;
   double weight_decay = 0.01;
@@ -59,6 +68,9 @@ struct TrainConfig {
   // TrainSpec.collective_timeout; zero: the collective's own default.
   absl::Duration collective_timeout = absl::ZeroDuration();
 
+  // Samples per rank per optimizer step: what the data's sample numbering
+  // (data.h) calls the batch.
+  int StepBatch() const { return batch_per_rank * accumulation_steps; }
   // Widths d_0..d_L.
   std::vector<int> Widths() const;
   // Total parameters (weights and biases).

@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "agent/worker/adamw.h"
+#include "agent/worker/batch_fit.h"
+#include "agent/worker/batch_producer.h"
 #include "agent/worker/checkpoint.h"
-#include "agent/worker/data.h"
-#include "agent/worker/data_shards.h"
 #include "common/duration.h"
 #include "common/status.h"
 
@@ -70,7 +70,26 @@ std::vector<std::pair<int64_t, int64_t>> GradientBuckets(
   return buckets;
 }
 
-absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
+MetricsInterval::Run MetricsRunFor(
+    const RankInfo& info, const TrainConfig& config,
+    const std::vector<std::pair<int64_t, int64_t>>& buckets, int64_t start) {
+  MetricsInterval::Run run;
+  run.job_id = info.job_id;
+  run.attempt = info.attempt;
+  run.rank = info.rank;
+  run.world = info.world;
+  run.batch_per_rank = config.batch_per_rank;
+  run.accumulation_steps = config.accumulation_steps;
+  for (const auto& [off, n] : buckets) {
+    run.bucket_bytes.push_back(static_cast<uint64_t>(n) * sizeof(float));
+    run.grad_bytes += static_cast<uint64_t>(n) * sizeof(float);
+  }
+  run.resumed_from_step = start;
+  run.total_steps = config.steps;
+  return run;
+}
+
+absl::Status RunTraining(const TrainConfig& given, const RankInfo& info,
                          Collective* collective, MetricsSink* sink,
                          const std::string& checkpoint_dir,
                          const TrainOptions& options) {
@@ -81,9 +100,12 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
   }
   const int rank = info.rank;
   const int world = info.world;
-  const int batch = config.batch_per_rank;
-
-  Mlp model(config);
+  TrainConfig config = given;
+  // With batch_per_rank auto the batch is known after the resume (below);
+  // the model's activation buffers are sized then.
+  TrainConfig model_config = config;
+  if (config.batch_auto) model_config.batch_per_rank = 1;
+  Mlp model(model_config);
   model.Init();
   AdamW opt(AdamW::WeightMask(model.layers(), model.param_count()),
             config.learning_rate, config.weight_decay);
@@ -96,8 +118,9 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
   // Resume: rank 0 finds the newest valid checkpoint and broadcasts it, so
   // every rank holds bitwise the same state.
   int64_t start = 0;
+  int resumed_batch = 0;
   {
-    float header[4] = {0, 0, 0, 0};  // found, (pad), step (2 slots)
+    float header[4] = {0, 0, 0, 0};  // found, batch, step (2 slots)
     TrainState loaded;
     if (rank == 0 && !checkpoint_dir.empty()) {
       auto r = LoadNewestCheckpoint(checkpoint_dir, fingerprint, count);
@@ -105,6 +128,7 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
       if (r->state.has_value()) {
         loaded = *std::move(r->state);
         header[0] = 1;
+        header[1] = static_cast<float>(loaded.batch_per_rank);  // < 2^24
         PackInt64(loaded.step, &header[2]);
         std::printf("xl-train: resuming from %s (step %lld)\n", r->path.c_str(),
                     static_cast<long long>(loaded.step));
@@ -115,6 +139,7 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
     }
     if (header[0] == 1) {
       start = UnpackInt64(&header[2]);
+      resumed_batch = static_cast<int>(header[1]);
       if (rank == 0) {
         model.params() = std::move(loaded.params);
         opt.m() = std::move(loaded.m);
@@ -130,43 +155,82 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
     }
   }
 
-  std::unique_ptr<SyntheticData> synthetic;
-  std::unique_ptr<ShardReader> reader;
-  if (config.shards.empty()) {
-    synthetic = std::make_unique<SyntheticData>(config);
-  } else {
-    auto r = ShardReader::Open(config.shards, config, rank, world, start);
-    if (!r.ok()) return r.status();
-    reader = *std::move(r);
+  // batch_per_rank auto and global_batch: every rank computes the same
+  // choice (the budget comes from the job's spec, the same on every node;
+  // a resumed run keeps its checkpoint's batch when it fits).
+  if (config.batch_auto || config.global_batch > 0) {
+    double budget = options.memory_budget_bytes;
+    if (config.batch_auto && budget <= 0) {
+      absl::StatusOr<double> env = CpuRankBudgetFromEnv();
+      if (!env.ok()) return env.status();
+      budget = *env;
+    }
+    std::string line;
+    if (absl::Status st = FitBatchForRun(&config, world, /*cpu=*/true, budget,
+                                         resumed_batch, &line);
+        !st.ok()) {
+      return st;
+    }
+    if (rank == 0) {
+      std::printf("xl-train: %s\n", line.c_str());
+      std::fflush(stdout);
+    }
   }
-  std::vector<float> x(static_cast<size_t>(batch) * config.input_dim);
-  std::vector<int32_t> labels(batch);
+  const int batch = config.batch_per_rank;
+  const int micro = config.accumulation_steps;
+  const int step_batch = config.StepBatch();
+  model.ReserveBatch(batch);
+
+  // Batches are made one step ahead on a producer thread (two slots), so a
+  // step costs compute and all-reduce only where a core is free for it.
+  const size_t x_count = static_cast<size_t>(step_batch) * config.input_dim;
+  std::vector<float> x(2 * x_count);
+  std::vector<int32_t> labels(2 * static_cast<size_t>(step_batch));
+  std::unique_ptr<BatchProducer> producer;
+  {
+    std::vector<BatchSlot> slots;
+    for (size_t s = 0; s < 2; ++s) {
+      slots.push_back({x.data() + s * x_count, labels.data() + s * step_batch});
+    }
+    auto r = BatchProducer::Start(config, rank, world, start, config.steps,
+                                  std::move(slots), /*threads=*/1);
+    if (!r.ok()) return r.status();
+    producer = *std::move(r);
+  }
   const auto buckets = GradientBuckets(model.layers(), config.bucket_bytes);
-  const uint64_t grad_bytes = static_cast<uint64_t>(count) * sizeof(float);
   const uint64_t worker_bytes =
       model.allocated_bytes() + opt.allocated_bytes() +
       x.capacity() * sizeof(float) + labels.capacity() * sizeof(int32_t);
 
-  MetricsInterval interval({info.job_id, info.attempt, rank, world, batch,
-                            grad_bytes, start, config.steps});
+  MetricsInterval interval(MetricsRunFor(info, config, buckets, start));
+  std::vector<double> bucket_seconds(buckets.size());
 
   for (int64_t step = start; step < config.steps; ++step) {
     const absl::Time t0 = absl::Now();
-    if (synthetic) {
-      synthetic->Batch(step, rank, world, x.data(), labels.data());
-    } else if (absl::Status st = reader->Next(x.data(), labels.data());
-               !st.ok()) {
-      return st;
-    }
+    absl::StatusOr<BatchSlot> in = producer->Acquire(step);
+    if (!in.ok()) return in.status();
     const absl::Time t1 = absl::Now();
-    const float loss = model.ForwardBackward(x.data(), labels.data(), batch);
-    const absl::Time t2 = absl::Now();
-    for (const auto& [off, n] : buckets) {
-      absl::Status st =
-          collective->AllReduceMean(model.grads().data() + off, n);
-      if (!st.ok()) return st;
+    // Micro-batches add their gradients; their mean is the step's.
+    float loss = 0;
+    for (int m = 0; m < micro; ++m) {
+      loss += model.ForwardBackward(
+          in->x + static_cast<size_t>(m) * batch * config.input_dim,
+          in->labels + static_cast<size_t>(m) * batch, batch, m > 0);
     }
-    const absl::Time t3 = absl::Now();
+    if (micro > 1) {
+      loss /= micro;
+      const float inv = 1.0f / micro;
+      for (float& g : model.grads()) g *= inv;
+    }
+    producer->Release(step);
+    const absl::Time t2 = absl::Now();
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      const absl::Time tb = absl::Now();
+      absl::Status st = collective->AllReduceMean(
+          model.grads().data() + buckets[b].first, buckets[b].second);
+      if (!st.ok()) return st;
+      bucket_seconds[b] = Seconds(tb, absl::Now());
+    }
     // The step's loss (mean over ranks) and the stop vote, in one tiny
     // all-reduce, so that all ranks stop after the same step.
     const bool stop_here = options.stop != nullptr &&
@@ -181,7 +245,7 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
     const absl::Time t4 = absl::Now();
 
     interval.AddStep(Seconds(t0, t1), Seconds(t1, t2) + Seconds(t3b, t4),
-                     Seconds(t2, t3b), Seconds(t0, t4));
+                     Seconds(t2, t3b), Seconds(t0, t4), bucket_seconds.data());
     const int64_t done = step + 1;
 
     if (rank == 0 && (done % config.metrics_every == 0 ||
@@ -197,6 +261,7 @@ absl::Status RunTraining(const TrainConfig& config, const RankInfo& info,
       (void)writer.Wait();  // Its failure was said when it happened.
       TrainState s;
       s.step = done;
+      s.batch_per_rank = batch;
       s.adam_t = opt.t();
       s.params = model.params();
       s.m = opt.m();

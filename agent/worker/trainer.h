@@ -38,6 +38,9 @@ struct TrainOptions {
   // When set, receives the parameters at the end.
   std::vector<float>* final_params = nullptr;
   int keep_checkpoints = 3;
+  // For batch_per_rank_auto on CPU: this rank's memory budget in bytes;
+  // 0: from the environment (CpuRankBudgetFromEnv).
+  double memory_budget_bytes = 0;
 };
 
 // The process-wide stop flag that InstallSigtermHandler()'s handler sets
@@ -51,6 +54,13 @@ void InstallSigtermHandler();
 // bucket_bytes (a layer larger than that is a bucket of its own).
 std::vector<std::pair<int64_t, int64_t>> GradientBuckets(
     const std::vector<LayerSpan>& layers, uint64_t bucket_bytes);
+
+// What a run's metrics intervals share: the rank, the (resolved) batch, the
+// gradient buckets' sizes, the steps; params, peak and precision are the
+// caller's to add (the GPU path knows them).
+MetricsInterval::Run MetricsRunFor(
+    const RankInfo& info, const TrainConfig& config,
+    const std::vector<std::pair<int64_t, int64_t>>& buckets, int64_t start);
 
 // Trains `config` on this rank. `collective` (size == info.world) and `sink`
 // are not owned; sink may be null and is used on rank 0 only.

@@ -282,7 +282,8 @@ void ResolveModel(Model* x) {
     x->lines.push_back(absl::StrCat(
         "activations per sample = ", GB(x->act_per_sample),
         x->cpu ? " (4 B x (Σ layer inputs incl. the input copy + 2·classes + "
-                 "2·widest + input) + 4 B label)"
+                 "2·widest + 2·input) + 2 x 4 B label: the batch and the next "
+                 "one, made ahead)"
                : " (element size x (Σ layer inputs + classes + 2·widest) + "
                  "4 B loss)"));
     return;
@@ -546,6 +547,8 @@ double LayerActivationBytes(const v1::TransformerShape& shape, int micro_batch,
   return s * b * per_token;
 }
 
+double GpuUsableBytes(double memory) { return Usable(memory, false); }
+
 v1::MemoryBreakdown MlpMemory(const v1::MlpShape& shape, int batch,
                               v1::Precision precision, bool cpu) {
   const double p = static_cast<double>(MlpParameters(shape));
@@ -569,7 +572,10 @@ v1::MemoryBreakdown MlpMemory(const v1::MlpShape& shape, int batch,
     out.set_gradients_bytes(Bytes(4 * p));
     out.set_optimizer_bytes(Bytes(9 * p));  // m, v and the decay mask
     const double widest = std::max(C, max_in);
-    acts = 4 * B * (sum_in + 2 * C + 2 * widest + shape.input_dim()) + 4 * B;
+    // Two batches (x and labels): the one in use and the one the producer
+    // thread makes ahead.
+    acts = 4 * B * (sum_in + 2 * C + 2 * widest + 2.0 * shape.input_dim()) +
+           8 * B;
   } else {
     if (precision == v1::PRECISION_UNSPECIFIED) precision = v1::BF16;
     const bool fp32 = precision == v1::FP32;

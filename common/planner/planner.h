@@ -151,13 +151,19 @@ double LayerActivationBytes(const v1::TransformerShape& shape, int micro_batch,
 // v, the 1-byte weight-decay mask per parameter (counted in
 // optimizer_bytes), activations = acts (input copy + every hidden layer's
 // input), logits, dlogits, two ping-pong gradient buffers of the widest
-// layer, and the batch's x and labels; total = xl-train's
+// layer, and two batches' x and labels (the one in use and the next, made
+// ahead by the producer thread); total = xl-train's
 // peak_memory_bytes. CUDA: fp32 params (master), grads, m, v, a 16-bit copy
 // of the weights at BF16/FP16, activations at the compute precision (no
 // input copy at FP32), logits, ping-pong buffers, per-sample loss; the bias
 // gradient scratch and 256-byte rounding are left out. workspace_bytes is 0.
 v1::MemoryBreakdown MlpMemory(const v1::MlpShape& shape, int batch,
                               v1::Precision precision, bool cpu);
+
+// What model states and activations may use of a GPU's `memory` bytes, the
+// rest kept for the workspace (cuBLAS, NCCL, the CUDA context's growth):
+// min(memory - 1 GiB, memory / 1.05), as every plan counts it.
+double GpuUsableBytes(double memory);
 
 }  // namespace xl::planner
 

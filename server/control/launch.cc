@@ -99,6 +99,11 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
   shared["XL_ATTEMPT"] = absl::StrCat(job.attempt());
   shared["XL_NODE"] = a.node();
   shared["XL_NODE_ADDRESS"] = a.address();
+  // xl-train's batch_per_rank: auto on CPU sizes the batch from it.
+  if (res.memory_bytes_per_node() > 0) {
+    shared["XL_MEMORY_BYTES_PER_NODE"] =
+        absl::StrCat(res.memory_bytes_per_node());
+  }
   shared["XL_SCHEDULER"] = context.scheduler_address;
   shared["XL_RENDEZVOUS_TOKEN"] = context.token;
   if (!job.spec().checkpoint_dir().empty()) {

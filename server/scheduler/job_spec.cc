@@ -80,6 +80,53 @@ absl::Status CheckTrainSpec(v1::JobSpec* spec) {
     return Bad("train.precision",
                "the CPU worker trains in fp32; use FP32 or device cuda");
   }
+  if (t.batch_per_rank_auto() && t.batch_per_rank() != 0) {
+    return Bad("train.batch_per_rank",
+               "give a number or auto, not both (batch_per_rank_auto is set)");
+  }
+  if (t.global_batch() < 0 || t.global_batch() > (1 << 30)) {
+    return Bad("train.global_batch",
+               absl::StrCat("must be between 0 (none) and ", 1 << 30,
+                            ", got ", t.global_batch()));
+  }
+  const v1::ResourceRequest& r = spec->resources();
+  const bool on_cpu =
+      t.device() == "cpu" || (t.device().empty() && r.gpus_per_node() == 0);
+  if (t.batch_per_rank_auto() && on_cpu && r.memory_bytes_per_node() == 0) {
+    return Bad("train.batch_per_rank",
+               "auto on CPU sizes the batch from the job's memory, and "
+               "resources.memory_bytes_per_node is not set; set it (the "
+               "node's ranks share it), or give batch_per_rank a number");
+  }
+  // With a fixed batch and a fixed world, the micro-batches per step must
+  // come out whole; an elastic job's world is known only at start.
+  const int64_t rpn = r.ranks_per_node() > 0   ? r.ranks_per_node()
+                      : r.gpus_per_node() > 0 ? r.gpus_per_node()
+                                              : 1;
+  const int64_t world = std::max(1, r.nodes()) * rpn;
+  if (t.global_batch() > 0 && !t.batch_per_rank_auto() &&
+      r.min_nodes() == 0) {
+    const int64_t per_step = world * (t.batch_per_rank() > 0
+                                          ? t.batch_per_rank()
+                                          : 64);
+    if (t.global_batch() % per_step != 0) {
+      return Bad("train.global_batch",
+                 absl::StrCat(t.global_batch(), " is not a multiple of ",
+                              world, " ranks x batch_per_rank ",
+                              per_step / world, " = ", per_step,
+                              "; use a multiple of ", per_step,
+                              ", or batch_per_rank: auto"));
+    }
+    if (!on_cpu && t.global_batch() > per_step) {
+      return Bad("train.global_batch",
+                 absl::StrCat(t.global_batch(), " needs ",
+                              t.global_batch() / per_step,
+                              " micro-batches per step, and xl-train on GPUs "
+                              "does not accumulate gradients yet (on CPU it "
+                              "does); use global_batch ", per_step,
+                              " (ranks x batch_per_rank), or more ranks"));
+    }
+  }
   if (t.device() == "cuda" && spec->resources().gpus_per_node() == 0) {
     return Bad("resources.gpus_per_node",
                "is 0 but train.device is cuda; ask for GPUs (one rank each)");

@@ -1,6 +1,9 @@
 // GPU MLP benchmark: trains xl-train's bf16 MLP of width 8192 on one GPU
 // and prints samples/s and MFU (6 x params x samples/s over the device's
-// dense bf16 peak) beside the goal of >= 60% MFU. Not run by ctest.
+// dense peak in the precision run) beside the goal of >= 60% MFU, and the
+// planner's predicted peak memory beside the measured one (goal: within
+// 10%). The last line, "ROW ...", is for tests/gpu/run_on_device.sh. Not
+// run by ctest.
 //   gpu_mlp_bench [--hidden 8192] [--layers 8] [--input 512] [--batch 8192]
 //                 [--steps 30] [--warmup 5] [--precision bf16|fp16|fp32]
 #include <cstdio>
@@ -9,6 +12,7 @@
 #include <string>
 
 #include "agent/worker/cuda_trainer.h"
+#include "common/planner/planner.h"
 
 int main(int argc, char** argv) {
   using namespace xl::worker;
@@ -75,6 +79,31 @@ int main(int argc, char** argv) {
               stats.mfu * 100, ">= 60%");
   std::printf("%-34s %14.2f %14s\n", "peak GPU memory GiB",
               stats.peak_memory_bytes / double(1ull << 30), "");
+  // The planner's model of this run (xlctl plan --mlp ...), plus the two
+  // device input slots the trainer keeps.
+  xl::v1::MlpShape shape;
+  shape.set_input_dim(c.input_dim);
+  shape.set_hidden_dim(c.hidden_dim);
+  shape.set_hidden_layers(c.hidden_layers);
+  shape.set_classes(c.classes);
+  const double predicted =
+      static_cast<double>(xl::planner::MlpMemory(shape, c.batch_per_rank,
+                                                 c.precision, false)
+                              .total_bytes()) +
+      2.0 * c.batch_per_rank * (4.0 * c.input_dim + 4);
+  const double measured = static_cast<double>(stats.peak_memory_bytes);
+  const double off = measured > 0 ? 100 * (predicted - measured) / measured : 0;
+  std::printf("%-34s %14.2f %14s\n", "predicted memory GiB (planner)",
+              predicted / double(1ull << 30), "");
+  std::printf("%-34s %13.1f%% %14s\n", "prediction vs measured", off,
+              "within 10%");
   std::printf("%s", GpuPeakTable().c_str());
+  std::printf(
+      "ROW precision=%s batch=%d samples_s=%.0f step_ms=%.2f mfu_pct=%.1f "
+      "peak_tflops=%.0f measured_gib=%.2f predicted_gib=%.2f off_pct=%.1f\n",
+      xl::v1::Precision_Name(c.precision).c_str(), c.batch_per_rank,
+      stats.samples_per_second, stats.step_seconds * 1e3, stats.mfu * 100,
+      stats.peak_tflops, measured / double(1ull << 30),
+      predicted / double(1ull << 30), off);
   return 0;
 }

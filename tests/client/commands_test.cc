@@ -796,6 +796,11 @@ TEST_F(CommandsTest, MetricsAsCsvCarryEveryFieldInFull) {
     absl::MutexLock lock(&jobs_.mu_);
     v1::TrainMetrics m = Metrics(20, 1.0 / 3);
     m.set_mfu(0.625);
+    m.set_batch_per_rank(64);
+    m.set_accumulation_steps(4);
+    m.set_global_batch(2048);
+    m.set_precision(v1::BF16);
+    m.set_peak_tflops(989);
     *jobs_.metrics_.add_points() = Metrics(10, 2.5);
     *jobs_.metrics_.add_points() = m;
   }
@@ -806,10 +811,13 @@ TEST_F(CommandsTest, MetricsAsCsvCarryEveryFieldInFull) {
   EXPECT_EQ(lines[0],
             "time,attempt,rank,step,total_steps,loss,samples_per_second,"
             "step_seconds,compute_seconds,allreduce_seconds,"
-            "data_wait_seconds,allreduce_bus_gbps,mfu,peak_memory_bytes");
+            "data_wait_seconds,allreduce_bus_gbps,mfu,peak_memory_bytes,"
+            "batch_per_rank,accumulation_steps,global_batch,precision,"
+            "peak_tflops");
   EXPECT_EQ(lines[2],
             "2023-11-14T22:13:20Z,1,0,20,100,0.33333333333333331,2048,0.125,"
-            "0.10000000000000001,0.02,0.001,87.5,0.625,3221225472");
+            "0.10000000000000001,0.02,0.001,87.5,0.625,3221225472,64,4,2048,"
+            "BF16,989");
   EXPECT_TRUE(err_.str().empty()) << err_.str();
 }
 

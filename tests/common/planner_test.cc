@@ -200,10 +200,12 @@ TEST(PlannerMlp, CpuMemoryIsXlTrainsBuffers) {
   EXPECT_EQ(m.weights_bytes(), 4 * p);
   EXPECT_EQ(m.gradients_bytes(), 4 * p);
   EXPECT_EQ(m.optimizer_bytes(), 9 * p);  // m, v, 1-byte decay mask
-  // acts (256 + 1024 + 1024) + logits 16 + dlogits 16 + 2 x widest 1024 + x
-  // 256, floats per sample; labels 4 B per sample.
+  // acts (256 + 1024 + 1024) + logits 16 + dlogits 16 + 2 x widest 1024 +
+  // two batches' x 2 x 256, floats per sample; two labels of 4 B per sample
+  // (the batch in use and the next, made ahead).
   EXPECT_EQ(m.activations_bytes(),
-            64u * 4 * (256 + 1024 + 1024 + 16 + 16 + 2 * 1024 + 256) + 64 * 4);
+            64u * 4 * (256 + 1024 + 1024 + 16 + 16 + 2 * 1024 + 2 * 256) +
+                64 * 8);
   EXPECT_EQ(m.total_bytes(), 17 * p + m.activations_bytes());
 }
 

@@ -40,6 +40,32 @@ TEST(ProtoTextTest, ARangeForACountWithAMinTwin) {
   }
 }
 
+TEST(ProtoTextTest, BatchPerRankAutoIsTheAutoFlag) {
+  v1::JobSpec spec;
+  absl::Status st = ParseYamlToMessage(
+      "train: {batch_per_rank: auto, global_batch: 4096}\n", "test", &spec);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(spec.train().batch_per_rank_auto());
+  EXPECT_EQ(spec.train().batch_per_rank(), 0);
+  EXPECT_EQ(spec.train().global_batch(), 4096);
+  // A number stays a number; auto beside the flag is refused by name; any
+  // other word is the JSON parser's error on the field.
+  ASSERT_TRUE(ParseYamlToMessage("train: {batch_per_rank: 32}\n", "t", &spec)
+                  .ok());
+  EXPECT_FALSE(spec.train().batch_per_rank_auto());
+  EXPECT_EQ(spec.train().batch_per_rank(), 32);
+  st = ParseYamlToMessage(
+      "train: {batch_per_rank: auto, batch_per_rank_auto: true}\n", "t",
+      &spec);
+  EXPECT_THAT(st.message(), HasSubstr("train.batch_per_rank: auto, and "
+                                      "batch_per_rank_auto beside it"));
+  st = ParseYamlToMessage("train: {batch_per_rank: max}\n", "t", &spec);
+  EXPECT_FALSE(st.ok());
+  // Only TrainSpec's field: "auto" elsewhere is not rewritten.
+  v1::ResourceRequest r;
+  EXPECT_FALSE(ParseYamlToMessage("nodes: auto\n", "t", &r).ok());
+}
+
 TEST(ProtoTextTest, UnquotedNumbersInRepeatedStringFieldStayStrings) {
   v1::JobSpec spec;
   ASSERT_TRUE(ParseYamlToMessage(

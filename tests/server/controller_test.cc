@@ -77,6 +77,29 @@ google::protobuf::Map<std::string, std::string> LaunchEnvWithNics(
       .env();
 }
 
+// xl-train's batch_per_rank: auto on CPU is sized from the job's memory
+// per node: the ranks get it when the job asked for memory, not otherwise.
+TEST(LaunchEnvTest, TheJobsMemoryPerNodeReachesTheRanks) {
+  v1::Job job;
+  job.set_id("8");
+  job.set_attempt(1);
+  job.mutable_spec()->add_command("/bin/true");
+  job.mutable_spec()->mutable_resources()->set_ranks_per_node(1);
+  v1::Allocation a;
+  a.set_node("n");
+  a.add_ranks(0);
+  auto env = [&] {
+    return BuildStartRanks(job, a, v1::NodeInventory(), LaunchContext{})
+        .start_ranks()
+        .ranks(0)
+        .env();
+  };
+  EXPECT_EQ(env().count("XL_MEMORY_BYTES_PER_NODE"), 0u);
+  job.mutable_spec()->mutable_resources()->set_memory_bytes_per_node(
+      8ull << 30);
+  EXPECT_EQ(env().at("XL_MEMORY_BYTES_PER_NODE"), "8589934592");
+}
+
 // An 8-rail node: every 400 Gb/s HCA goes to NCCL, in the inventory's
 // order, as exact names (mlx5_1 must not also take mlx5_10, the slower
 // storage HCA); the management Ethernet port is not named.

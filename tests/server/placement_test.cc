@@ -837,6 +837,67 @@ TEST(JobSpecTest, MoreGpuRanksThanGpusPerNodeIsRefusedWithTheFix) {
   EXPECT_TRUE(ValidateJobSpec(&cpu_train).ok());
 }
 
+// batch_per_rank: auto and global_batch are checked where they can be at
+// submit: auto on CPU needs the memory it is sized from, a fixed batch must
+// divide the global batch over a fixed world.
+TEST(JobSpecTest, AutoBatchAndGlobalBatchAreCheckedAtSubmit) {
+  auto train = [](int nodes, int gpus) {
+    v1::JobSpec spec;
+    spec.mutable_resources()->set_nodes(nodes);
+    spec.mutable_resources()->set_gpus_per_node(gpus);
+    spec.mutable_train()->set_steps(10);
+    return spec;
+  };
+  v1::JobSpec cpu_auto = train(2, 0);
+  cpu_auto.mutable_train()->set_batch_per_rank_auto(true);
+  absl::Status st = ValidateJobSpec(&cpu_auto);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(st.message(),
+                               "train.batch_per_rank: auto on CPU sizes the "
+                               "batch from the job's memory"))
+      << st.message();
+  cpu_auto = train(2, 0);
+  cpu_auto.mutable_train()->set_batch_per_rank_auto(true);
+  cpu_auto.mutable_resources()->set_memory_bytes_per_node(8ull << 30);
+  EXPECT_TRUE(ValidateJobSpec(&cpu_auto).ok());
+  v1::JobSpec gpu_auto = train(2, 8);
+  gpu_auto.mutable_train()->set_batch_per_rank_auto(true);
+  EXPECT_TRUE(ValidateJobSpec(&gpu_auto).ok()) << "sized from the GPU";
+  v1::JobSpec both = train(1, 8);
+  both.mutable_train()->set_batch_per_rank_auto(true);
+  both.mutable_train()->set_batch_per_rank(32);
+  EXPECT_EQ(ValidateJobSpec(&both).code(), absl::StatusCode::kInvalidArgument);
+
+  // 2 nodes x 8 ranks x 32 = 512 per micro-batch step.
+  v1::JobSpec global = train(2, 8);
+  global.mutable_train()->set_batch_per_rank(32);
+  global.mutable_train()->set_global_batch(1000);
+  st = ValidateJobSpec(&global);
+  EXPECT_EQ(st.message(),
+            "train.global_batch: 1000 is not a multiple of 16 ranks x "
+            "batch_per_rank 32 = 512; use a multiple of 512, or "
+            "batch_per_rank: auto");
+  global = train(2, 8);
+  global.mutable_train()->set_batch_per_rank(32);
+  global.mutable_train()->set_global_batch(512);
+  EXPECT_TRUE(ValidateJobSpec(&global).ok());
+  // Accumulation (4 micro-batches) is CPU-only for now: refused on GPUs at
+  // submit rather than at every attempt's start.
+  global = train(2, 8);
+  global.mutable_train()->set_batch_per_rank(32);
+  global.mutable_train()->set_global_batch(2048);
+  st = ValidateJobSpec(&global);
+  EXPECT_TRUE(absl::StartsWith(st.message(),
+                               "train.global_batch: 2048 needs 4 "
+                               "micro-batches per step"))
+      << st.message();
+  v1::JobSpec cpu = train(2, 0);
+  cpu.mutable_resources()->set_ranks_per_node(8);
+  cpu.mutable_train()->set_batch_per_rank(32);
+  cpu.mutable_train()->set_global_batch(2048);
+  EXPECT_TRUE(ValidateJobSpec(&cpu).ok());
+}
+
 TEST(JobSpecTest, CheckpointDirExpandsJobAndAttempt) {
   v1::JobSpec spec;
   spec.add_command("/bin/true");
