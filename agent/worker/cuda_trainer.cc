@@ -542,6 +542,7 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     st.peak_tflops = peak_tflops;
     st.device_name = peak.name;
     st.peak_memory_bytes = peak_used;
+    st.batch_per_rank = batch;
     st.last_loss = last_loss;
   }
   if (rank == 0) {

@@ -40,6 +40,7 @@ struct CudaRunStats {
   std::string device_name;
   uint64_t peak_memory_bytes = 0;
   float last_loss = 0;
+  int batch_per_rank = 0;  // as run (batch_per_rank auto resolved)
 };
 
 struct CudaTrainOptions {

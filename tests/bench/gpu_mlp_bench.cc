@@ -4,7 +4,7 @@
 // planner's predicted peak memory beside the measured one (goal: within
 // 10%). The last line, "ROW ...", is for tests/gpu/run_on_device.sh. Not
 // run by ctest.
-//   gpu_mlp_bench [--hidden 8192] [--layers 8] [--input 512] [--batch 8192]
+//   gpu_mlp_bench [--hidden 8192] [--layers 8] [--input 512] [--batch 8192|auto]
 //                 [--steps 30] [--warmup 5] [--precision bf16|fp16|fp32]
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
       c.hidden_layers = std::atoi(v);
     else if (k == "--input")
       c.input_dim = std::atoi(v);
+    else if (k == "--batch" && std::strcmp(v, "auto") == 0)
+      c.batch_auto = true;  // FitBatch picks it on the device
     else if (k == "--batch")
       c.batch_per_rank = std::atoi(v);
     else if (k == "--steps")
@@ -86,11 +88,12 @@ int main(int argc, char** argv) {
   shape.set_hidden_dim(c.hidden_dim);
   shape.set_hidden_layers(c.hidden_layers);
   shape.set_classes(c.classes);
+  const int batch = stats.batch_per_rank;
   const double predicted =
-      static_cast<double>(xl::planner::MlpMemory(shape, c.batch_per_rank,
-                                                 c.precision, false)
-                              .total_bytes()) +
-      2.0 * c.batch_per_rank * (4.0 * c.input_dim + 4);
+      static_cast<double>(
+          xl::planner::MlpMemory(shape, batch, c.precision, false)
+              .total_bytes()) +
+      2.0 * batch * (4.0 * c.input_dim + 4);
   const double measured = static_cast<double>(stats.peak_memory_bytes);
   const double off = measured > 0 ? 100 * (predicted - measured) / measured : 0;
   std::printf("%-34s %14.2f %14s\n", "predicted memory GiB (planner)",
@@ -101,7 +104,7 @@ int main(int argc, char** argv) {
   std::printf(
       "ROW precision=%s batch=%d samples_s=%.0f step_ms=%.2f mfu_pct=%.1f "
       "peak_tflops=%.0f measured_gib=%.2f predicted_gib=%.2f off_pct=%.1f\n",
-      xl::v1::Precision_Name(c.precision).c_str(), c.batch_per_rank,
+      xl::v1::Precision_Name(c.precision).c_str(), batch,
       stats.samples_per_second, stats.step_seconds * 1e3, stats.mfu * 100,
       stats.peak_tflops, measured / double(1ull << 30),
       predicted / double(1ull << 30), off);

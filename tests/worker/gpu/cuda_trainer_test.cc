@@ -1,8 +1,10 @@
 // The CUDA training loop: FP32 training equals the CPU loop's; resume from
 // a checkpoint; SIGTERM stop; data-parallel ranks on several GPUs equal one
-// rank with the global batch; and a width-8192 bf16 run that prints MFU.
+// rank with the global batch; a width-8192 bf16 run that prints MFU; and
+// batch_per_rank: auto against the planner and the free memory.
 #include "agent/worker/cuda_trainer.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,10 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "agent/worker/batch_fit.h"
 #include "agent/worker/checkpoint.h"
 #include "agent/worker/gloo_collective.h"
 #include "agent/worker/metrics.h"
 #include "agent/worker/trainer.h"
+#include "common/planner/planner.h"
 #include "tests/worker/gpu/gpu_test_util.h"
 
 namespace xl::worker {
@@ -221,6 +225,50 @@ TEST(CudaTrainer, Width8192Bf16PrintsMfu) {
     EXPECT_GT(stats.mfu, 0.0);
     EXPECT_LT(stats.mfu, 1.0);  // above the peak means the FLOP count is wrong
   }
+}
+
+// batch_per_rank: auto on the device: the batch is the planner's fit for
+// the memory free at start (a multiple of 8), the run reports it, and the
+// peak it measures is within 10% of the planner's prediction for it and
+// below the free memory.
+TEST(CudaTrainer, AutoBatchFitsTheFreeMemory) {
+  XL_SKIP_WITHOUT_GPU();
+  TrainConfig config;
+  config.input_dim = 1024;
+  config.hidden_dim = 4096;
+  config.hidden_layers = 4;
+  config.classes = 16;
+  config.batch_auto = true;
+  config.steps = 4;
+  config.precision = v1::BF16;
+  config.device = "cuda";
+  config.metrics_every = 2;
+  size_t free_b = 0, total_b = 0;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  CudaRunStats stats;
+  CudaTrainOptions o;
+  o.device = 0;
+  o.stats = &stats;
+  RecordingMetricsSink sink;
+  InMemoryRendezvous rdv;
+  absl::Status st = RunCudaTraining(config, RankInfo{}, &rdv, &sink, "", o);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_GT(stats.batch_per_rank, 64);
+  EXPECT_EQ(stats.batch_per_rank % 8, 0);
+  ASSERT_FALSE(sink.reports().empty());
+  EXPECT_EQ(sink.reports().back().batch_per_rank(), stats.batch_per_rank);
+  EXPECT_EQ(sink.reports().back().precision(), v1::BF16);
+  EXPECT_LT(stats.peak_memory_bytes, free_b);
+  const double predicted = static_cast<double>(
+      planner::MlpMemory(MlpShapeOf(config), stats.batch_per_rank,
+                         config.precision, false)
+          .total_bytes());
+  std::printf("auto batch %d: predicted %.2f GiB, measured %.2f GiB\n",
+              stats.batch_per_rank, predicted / (1ull << 30),
+              stats.peak_memory_bytes / double(1ull << 30));
+  EXPECT_NEAR(static_cast<double>(stats.peak_memory_bytes), predicted,
+              0.10 * predicted);
 }
 
 }  // namespace
