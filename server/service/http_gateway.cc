@@ -184,11 +184,13 @@ std::vector<prometheus::MetricFamily> ModelFamilies(
       {"xl_job_samples_per_second", "Samples per second, all ranks",
        [](const v1::TrainMetrics& m) { return m.samples_per_second(); }},
       {"xl_job_mfu_ratio",
-       "Model FLOPs utilization (0..1) against the GPU's dense bf16 peak; "
-       "absent where the peak is unknown (CPU)",
+       "Model FLOPs utilization (0..1) against the GPU's dense peak in "
+       "the precision the job trains in (bf16/fp16 tensor cores, fp32 "
+       "without TF32); absent where the peak is unknown (CPU)",
        [](const v1::TrainMetrics& m) { return m.mfu(); }, true},
       {"xl_job_allreduce_bus_bandwidth_bytes_per_second",
-       "All-reduce bus bandwidth (2(n-1)/n x bytes / time)",
+       "All-reduce bus bandwidth (2(n-1)/n x bytes over the gradient "
+       "buckets' own all-reduce times)",
        [](const v1::TrainMetrics& m) { return m.allreduce_bus_gbps() * 1e9 / 8; }},
       {"xl_job_peak_memory_bytes", "Peak memory of rank 0 (GPU or host)",
        [](const v1::TrainMetrics& m) {
