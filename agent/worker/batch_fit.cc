@@ -2,6 +2,8 @@
 // `xlctl plan` and the worker agree on what fits.
 #include "agent/worker/batch_fit.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -190,6 +192,27 @@ absl::Status FitBatchForRun(TrainConfig* c, int world, bool cpu,
   return FitBatch(c, world, cpu, budget_bytes, explain);
 }
 
+namespace {
+int LocalWorldSize() {
+  int local = 1;
+  if (const char* l = std::getenv("LOCAL_WORLD_SIZE");
+      l == nullptr || !absl::SimpleAtoi(l, &local) || local < 1) {
+    local = 1;
+  }
+  return local;
+}
+}  // namespace
+
+double HostMemoryPerRank() {
+  uint64_t node = 0;
+  const char* s = std::getenv("XL_MEMORY_BYTES_PER_NODE");
+  if (s == nullptr || !absl::SimpleAtoi(s, &node) || node == 0) {
+    node = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+           static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
+  }
+  return static_cast<double>(node) / LocalWorldSize();
+}
+
 absl::StatusOr<double> CpuRankBudgetFromEnv() {
   const char* s = std::getenv("XL_MEMORY_BYTES_PER_NODE");
   uint64_t node = 0;
@@ -200,12 +223,7 @@ absl::StatusOr<double> CpuRankBudgetFromEnv() {
         "(outside xl, set XL_MEMORY_BYTES_PER_NODE), or give batch_per_rank "
         "a number");
   }
-  int local = 1;
-  if (const char* l = std::getenv("LOCAL_WORLD_SIZE");
-      l == nullptr || !absl::SimpleAtoi(l, &local) || local < 1) {
-    local = 1;
-  }
-  return static_cast<double>(node) / local -
+  return static_cast<double>(node) / LocalWorldSize() -
          static_cast<double>(kCpuRankOverheadBytes);
 }
 

@@ -51,6 +51,10 @@ absl::Status FitBatchForRun(TrainConfig* config, int world, bool cpu,
                             double budget_bytes, int resumed_batch,
                             std::string* explain);
 
+// This rank's share of the host's memory: XL_MEMORY_BYTES_PER_NODE (or
+// the machine's physical memory) over LOCAL_WORLD_SIZE.
+double HostMemoryPerRank();
+
 // A CPU rank's memory budget: XL_MEMORY_BYTES_PER_NODE (the scheduler sets
 // it from resources.memory_bytes_per_node) over LOCAL_WORLD_SIZE, less
 // kCpuRankOverheadBytes. FAILED_PRECONDITION naming the field when unset.

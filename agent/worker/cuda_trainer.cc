@@ -217,12 +217,29 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     absl::Status fit = FitBatchForRun(
         &config, world, /*cpu=*/false, static_cast<double>(free_b),
         have_checkpoint ? loaded.batch_per_rank : 0, &line);
+    // The producer pins three host slots of a step's inputs: they may take
+    // a quarter of this rank's share of the host's memory.
+    if (fit.ok() && config.batch_auto) {
+      const double per_sample =
+          3.0 * config.accumulation_steps * (4.0 * config.input_dim + 4);
+      const int host_cap = static_cast<int>(std::min(
+          double{1 << 20}, 0.25 * HostMemoryPerRank() / per_sample));
+      if (config.batch_per_rank > host_cap) {
+        config.batch_per_rank = std::max(host_cap >= 16 ? host_cap / 8 * 8 : 1,
+                                         1);
+        absl::StrAppend(&line, "; lowered to ", config.batch_per_rank,
+                        " so that the pinned input slots take at most a "
+                        "quarter of this rank's share of host memory");
+      }
+    }
     // [ok, batch, micro-batches]; small integers are exact in a float.
     float wire[3] = {fit.ok() ? 1.0f : 0.0f,
                      static_cast<float>(config.batch_per_rank),
                      static_cast<float>(config.accumulation_steps)};
     if (nccl) RETURN_IF_ERROR(nccl->Broadcast(wire, 3, 0));
-    if (!fit.ok()) return fit;
+    // Rank 0's choice decides: another rank's own fit (its memory, no
+    // checkpoint) is only checked below.
+    if (rank == 0 && !fit.ok()) return fit;
     if (wire[0] != 1.0f) {
       return absl::FailedPreconditionError(
           "rank 0 could not fit train.batch_per_rank: auto (its error says "

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -258,6 +259,17 @@ absl::Status NcclCollective::Broadcast(float* data, size_t count, int root) {
   const size_t bytes = count * sizeof(float);
   float* dev = data;
   const bool staged = !IsDevicePointer(data);
+  // A host array (a resume's parameters and moments) goes in pieces: a
+  // staging buffer its size would take GPU memory the batch was fitted to.
+  if (staged && bytes > kKeepScratchBytes) {
+    const size_t piece = kKeepScratchBytes / sizeof(float);
+    for (size_t off = 0; off < count; off += piece) {
+      absl::Status st =
+          Broadcast(data + off, std::min(piece, count - off), root);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
   if (staged) {
     absl::Status st = EnsureScratch(bytes);
     if (!st.ok()) return st;
