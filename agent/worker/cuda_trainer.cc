@@ -208,9 +208,15 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   // memory and every rank takes that choice (a batch per rank that differs
   // would misalign the data); a rank with less room says so.
   if (config.batch_auto || config.global_batch > 0) {
-    // NCCL connects lazily, its buffers allocated at the first collective:
-    // one here, so that the free memory measured is left after them.
-    if (nccl) RETURN_IF_ERROR(nccl->Barrier());
+    // NCCL connects lazily, each algorithm's buffers allocated when it is
+    // first used: an all-reduce the size of a gradient bucket here, so that
+    // the free memory measured is what is left after them.
+    if (nccl) {
+      std::vector<float> warm(
+          std::min<uint64_t>(config.bucket_bytes, 64ull << 20) / sizeof(float),
+          0.0f);
+      RETURN_IF_ERROR(nccl->AllReduceMean(warm.data(), warm.size()));
+    }
     size_t free_b = 0, total_b = 0;
     XL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     std::string line;
