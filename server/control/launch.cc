@@ -99,8 +99,9 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
   shared["XL_ATTEMPT"] = absl::StrCat(job.attempt());
   shared["XL_NODE"] = a.node();
   shared["XL_NODE_ADDRESS"] = a.address();
-  // xl-train's batch_per_rank: auto on CPU sizes the batch from it.
-  if (res.memory_bytes_per_node() > 0) {
+  // xl-train's batch_per_rank: auto on CPU sizes the batch from it: the
+  // memory asked for, not a figure derived from the default batch.
+  if (res.memory_bytes_per_node() > 0 && !job.memory_derived()) {
     shared["XL_MEMORY_BYTES_PER_NODE"] =
         absl::StrCat(res.memory_bytes_per_node());
   }

@@ -102,7 +102,11 @@ absl::Status Controller::SizeFromModel(v1::JobSpec* spec, v1::Plan* plan) {
   auto* r = spec->mutable_resources();
   const uint64_t per_rank = plan->memory_per_gpu().total_bytes();
   if (model.gpu_model() == planner::kCpuDevice) {
-    if (r->memory_bytes_per_node() == 0) {
+    // batch_per_rank: auto is sized from the memory asked for; a figure
+    // derived here from the default batch would size it to that batch.
+    const bool auto_batch =
+        spec->has_train() && spec->train().batch_per_rank_auto();
+    if (r->memory_bytes_per_node() == 0 && !auto_batch) {
       const int ranks = r->ranks_per_node() > 0 ? r->ranks_per_node() : 1;
       r->set_memory_bytes_per_node(per_rank * static_cast<uint64_t>(ranks));
     }

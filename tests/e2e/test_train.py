@@ -6,7 +6,8 @@ shared checkpoint_dir, not from step 0; a rank frozen with SIGSTOP makes
 every rank exit within train.collective_timeout and the job resumes; an
 elastic job started on the
 one node there is grows onto a second when it joins, and resumes there from
-its checkpoint with the larger WORLD_SIZE."""
+its checkpoint with the larger WORLD_SIZE; batch_per_rank: auto is sized
+from the job's memory per node (and refused at submit without one)."""
 
 import os
 import signal
@@ -60,6 +61,39 @@ class Training(unittest.TestCase):
         self.assertIn("Training", c.xlctl("get", job_id).stdout)
         history = c.json("metrics", job_id).get("points", [])
         self.assertGreaterEqual(len(history), 1)
+
+    def test_auto_batch_is_sized_from_the_jobs_memory(self):
+        # batch_per_rank: auto on CPU: the scheduler hands the ranks the
+        # job's memory per node, each rank fits the planner's model into its
+        # share, says so, reports it, and runs inside the job's memory limit.
+        # Without a memory request the job is refused at submit, storing
+        # nothing.
+        c = Cluster(agents=2, gpus=0)
+        self.addCleanup(c.close)
+        spec = train_job(steps=3, every=0).replace(
+            "batch_per_rank: 32", "batch_per_rank: auto")
+        path = os.path.join(c.tmp, "auto-nomem.yaml")
+        with open(path, "w") as f:
+            f.write(spec)
+        refused = c.xlctl("submit", path, check=False)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("train.batch_per_rank: auto on CPU sizes the batch from the job's memory",
+                      refused.stderr)
+        self.assertEqual(c.json("list").get("jobs", []), [])
+        job_id = c.submit_file(spec.replace(
+            "gpus_per_node: 0}", "gpus_per_node: 0, memory_bytes_per_node: 1073741824}"))
+        r = c.xlctl("wait", job_id, "--timeout", "240s", check=False)
+        logs = c.xlctl("logs", job_id).stdout
+        self.assertEqual(r.returncode, 0, f"{c.job(job_id)}\n{logs}")
+        self.assertIn("batch_per_rank auto: ", logs)
+        m = c.job(job_id)["metrics"]
+        batch = int(m["batch_per_rank"])
+        # 1 GiB over 2 ranks, less 256 MiB each, less 10%: about 170,000
+        # samples of this model's ~1.5 KB; not the default 64.
+        self.assertGreater(batch, 50000, m)
+        self.assertLess(batch, 1 << 20, m)
+        self.assertEqual(int(m["global_batch"]), 4 * batch, m)
+        self.assertEqual(int(m.get("accumulation_steps", 1)), 1, m)
 
     def test_killed_rank0_node_resumes_elsewhere_from_a_shared_checkpoint_dir(self):
         # Each node's scratch is its own; the job's checkpoint_dir is a

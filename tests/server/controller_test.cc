@@ -78,7 +78,8 @@ google::protobuf::Map<std::string, std::string> LaunchEnvWithNics(
 }
 
 // xl-train's batch_per_rank: auto on CPU is sized from the job's memory
-// per node: the ranks get it when the job asked for memory, not otherwise.
+// per node: the ranks get it when the job asked for memory, not otherwise
+// (nor when the scheduler derived the figure).
 TEST(LaunchEnvTest, TheJobsMemoryPerNodeReachesTheRanks) {
   v1::Job job;
   job.set_id("8");
@@ -98,6 +99,10 @@ TEST(LaunchEnvTest, TheJobsMemoryPerNodeReachesTheRanks) {
   job.mutable_spec()->mutable_resources()->set_memory_bytes_per_node(
       8ull << 30);
   EXPECT_EQ(env().at("XL_MEMORY_BYTES_PER_NODE"), "8589934592");
+  // A figure the planner derived from the default batch is not the job's:
+  // auto would size the batch back to that default.
+  job.set_memory_derived(true);
+  EXPECT_EQ(env().count("XL_MEMORY_BYTES_PER_NODE"), 0u);
 }
 
 // An 8-rail node: every 400 Gb/s HCA goes to NCCL, in the inventory's
