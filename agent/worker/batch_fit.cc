@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "agent/worker/batch_producer.h"
 #include "common/planner/planner.h"
 
 namespace xl::worker {
@@ -65,8 +66,14 @@ int MaxBatchPerRank(const TrainConfig& config, bool cpu, double budget_bytes,
   return batch;
 }
 
+int PinnedStepBatchCap(const TrainConfig& c, int slots) {
+  const double per_sample = slots * (4.0 * c.input_dim + 4);
+  return static_cast<int>(
+      std::min(double{kMaxBatch}, 0.25 * HostMemoryPerRank() / per_sample));
+}
+
 absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
-                      std::string* explain) {
+                      std::string* explain, int max_step_batch) {
   const int64_t g = c->global_batch;
   const std::string where =
       cpu ? absl::StrCat(GiB(budget_bytes), " for this rank (its share of "
@@ -74,8 +81,12 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
                          kCpuRankOverheadBytes >> 20, " MiB)")
           : absl::StrCat(GiB(budget_bytes), " free on the GPU");
   if (c->batch_auto) {
-    const int max_b = MaxBatchPerRank(*c, cpu, budget_bytes);
-    if (max_b == 0) {
+    const int memory_b = MaxBatchPerRank(*c, cpu, budget_bytes);
+    // The caller's cap on a step's inputs (pinned host slots); a multiple
+    // of 8 on a GPU, as the memory fit is.
+    int max_b = std::min(memory_b, std::max(1, max_step_batch));
+    if (max_b < memory_b && !cpu && max_b >= 16) max_b -= max_b % 8;
+    if (memory_b == 0) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "train.batch_per_rank: auto: not even one sample fits: the model "
           "needs ", GiB(Need(*c, cpu, 1, 1)), " at batch 1 and ",
@@ -94,10 +105,15 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
             " ranks; use a multiple of ", world));
       }
       const int64_t per_rank = g / world;
-      if (per_rank > kMaxBatch) {
+      if (per_rank > std::min(kMaxBatch, max_step_batch)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "train.global_batch: ", g, " is ", per_rank,
-            " samples per rank per step, over ", kMaxBatch,
+            " samples per rank per step, over ",
+            std::min(kMaxBatch, max_step_batch),
+            max_step_batch < kMaxBatch
+                ? " (the pinned host slots of a step's inputs may take a "
+                  "quarter of this rank's share of host memory)"
+                : "",
             "; use a smaller global_batch or more ranks"));
       }
       // The fewest micro-batches that fit and divide the rank's share (a
@@ -136,7 +152,13 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
         c->accumulation_steps > 1
             ? absl::StrCat(" x ", c->accumulation_steps, " micro-batches")
             : "",
-        " (largest that fits: ", max_b, ", model needs ",
+        " (largest that fits: ", max_b,
+        max_b < memory_b
+            ? absl::StrCat(", lowered from ", memory_b,
+                           " so that the pinned input slots take at most a "
+                           "quarter of this rank's share of host memory")
+            : "",
+        ", model needs ",
         GiB(Need(*c, cpu, c->batch_per_rank, c->accumulation_steps)), " of ",
         where, ")");
   } else if (g > 0) {
@@ -167,16 +189,18 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
 
 absl::Status FitBatchForRun(TrainConfig* c, int world, bool cpu,
                             double budget_bytes, int resumed_batch,
-                            std::string* explain) {
+                            std::string* explain, int max_step_batch) {
   if (c->batch_auto && resumed_batch > 0) {
     TrainConfig kept = *c;
     kept.batch_auto = false;
     kept.batch_per_rank = resumed_batch;
     kept.accumulation_steps = 1;
     std::string line;
-    if (FitBatch(&kept, world, cpu, budget_bytes, &line).ok() &&
+    if (FitBatch(&kept, world, cpu, budget_bytes, &line, max_step_batch)
+            .ok() &&
         MaxBatchPerRank(kept, cpu, budget_bytes, kept.accumulation_steps) >=
-            resumed_batch) {
+            resumed_batch &&
+        kept.StepBatch() <= max_step_batch) {
       *c = kept;
       absl::StrAppend(explain, "batch_per_rank auto: ", resumed_batch,
                       ", kept from the checkpoint",
@@ -189,19 +213,8 @@ absl::Status FitBatchForRun(TrainConfig* c, int world, bool cpu,
                     "the steps to come are not those the run would have "
                     "seen; ");
   }
-  return FitBatch(c, world, cpu, budget_bytes, explain);
+  return FitBatch(c, world, cpu, budget_bytes, explain, max_step_batch);
 }
-
-namespace {
-int LocalWorldSize() {
-  int local = 1;
-  if (const char* l = std::getenv("LOCAL_WORLD_SIZE");
-      l == nullptr || !absl::SimpleAtoi(l, &local) || local < 1) {
-    local = 1;
-  }
-  return local;
-}
-}  // namespace
 
 double HostMemoryPerRank() {
   uint64_t node = 0;

@@ -35,11 +35,18 @@ int MaxBatchPerRank(const TrainConfig& config, bool cpu, double budget_bytes,
 
 // Resolves config->batch_per_rank (when batch_auto) and
 // config->accumulation_steps (from global_batch) for `world` ranks;
-// appends what it chose and why to *explain (one line). Errors name the
-// TrainSpec field, the numbers and the fix: a model that does not fit, a
-// global batch world x batch does not divide.
+// appends what it chose and why to *explain (one line). With batch_auto a
+// step's samples per rank are also kept to max_step_batch (what the
+// caller's input slots may hold; PinnedStepBatchCap on a GPU). Errors name
+// the TrainSpec field, the numbers and the fix: a model that does not fit,
+// a global batch world x batch does not divide.
 absl::Status FitBatch(TrainConfig* config, int world, bool cpu,
-                      double budget_bytes, std::string* explain);
+                      double budget_bytes, std::string* explain,
+                      int max_step_batch = 1 << 20);
+
+// Samples per step whose `slots` pinned host copies of the inputs take at
+// most a quarter of HostMemoryPerRank() (at most 1 << 20).
+int PinnedStepBatchCap(const TrainConfig& config, int slots);
 
 // FitBatch for a run that resumes from a checkpoint trained with batch per
 // rank `resumed_batch` (0: a fresh start, or a checkpoint that did not
@@ -49,7 +56,8 @@ absl::Status FitBatch(TrainConfig* config, int world, bool cpu,
 // batch is fitted anew and *explain says the data order changes.
 absl::Status FitBatchForRun(TrainConfig* config, int world, bool cpu,
                             double budget_bytes, int resumed_batch,
-                            std::string* explain);
+                            std::string* explain,
+                            int max_step_batch = 1 << 20);
 
 // This rank's share of the host's memory: XL_MEMORY_BYTES_PER_NODE (or
 // the machine's physical memory) over LOCAL_WORLD_SIZE.

@@ -144,16 +144,20 @@ double BatchProducer::waited_seconds() const {
   return waited_;
 }
 
-int ProducerThreads(int cap) {
-  cpu_set_t set;
-  int cores = 1;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+int LocalWorldSize() {
   int local = 1;
   if (const char* s = std::getenv("LOCAL_WORLD_SIZE");
       s == nullptr || !absl::SimpleAtoi(s, &local) || local < 1) {
     local = 1;
   }
-  return std::max(1, std::min(cap, cores / local - 1));
+  return local;
+}
+
+int ProducerThreads(int cap) {
+  cpu_set_t set;
+  int cores = 1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+  return std::max(1, std::min(cap, cores / LocalWorldSize() - 1));
 }
 
 }  // namespace xl::worker

@@ -92,6 +92,9 @@ class BatchProducer {
   std::vector<std::thread> threads_;
 };
 
+// The ranks on this node: LOCAL_WORLD_SIZE, or 1 when unset or bad.
+int LocalWorldSize();
+
 // Threads for a producer of a rank: the cores this process may use, split
 // over the ranks of the node (LOCAL_WORLD_SIZE), less the one that runs the
 // training loop; at least 1, at most `cap`.

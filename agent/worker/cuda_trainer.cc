@@ -34,6 +34,9 @@
 namespace xl::worker {
 namespace {
 
+// Pinned host slots of the producer: it makes two steps ahead.
+constexpr int kHostSlots = 3;
+
 double Seconds(absl::Time a, absl::Time b) {
   return absl::ToDoubleSeconds(b - a);
 }
@@ -220,24 +223,11 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     size_t free_b = 0, total_b = 0;
     XL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     std::string line;
+    // The producer pins kHostSlots host copies of a step's inputs.
     absl::Status fit = FitBatchForRun(
         &config, world, /*cpu=*/false, static_cast<double>(free_b),
-        have_checkpoint ? loaded.batch_per_rank : 0, &line);
-    // The producer pins three host slots of a step's inputs: they may take
-    // a quarter of this rank's share of the host's memory.
-    if (fit.ok() && config.batch_auto) {
-      const double per_sample =
-          3.0 * config.accumulation_steps * (4.0 * config.input_dim + 4);
-      const int host_cap = static_cast<int>(std::min(
-          double{1 << 20}, 0.25 * HostMemoryPerRank() / per_sample));
-      if (config.batch_per_rank > host_cap) {
-        config.batch_per_rank = std::max(host_cap >= 16 ? host_cap / 8 * 8 : 1,
-                                         1);
-        absl::StrAppend(&line, "; lowered to ", config.batch_per_rank,
-                        " so that the pinned input slots take at most a "
-                        "quarter of this rank's share of host memory");
-      }
-    }
+        have_checkpoint ? loaded.batch_per_rank : 0, &line,
+        PinnedStepBatchCap(config, kHostSlots));
     // [ok, batch, micro-batches]; small integers are exact in a float.
     float wire[3] = {fit.ok() ? 1.0f : 0.0f,
                      static_cast<float>(config.batch_per_rank),
@@ -295,16 +285,14 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     int64_t meta[3] = {0, 0, 0};
     static_assert(sizeof(meta) == 6 * sizeof(float));
     if (rank == 0 && have_checkpoint) {
-      {
-        wire[0] = 1;
-        meta[0] = loaded.step;
-        meta[1] = loaded.adam_t;
-        meta[2] = loaded.good_steps;
-        std::memcpy(&wire[1], meta, sizeof(meta));
-        wire[7] = loaded.loss_scale;
-        std::printf("xl-train: resuming from %s (step %lld) on GPU\n",
-                    loaded_path.c_str(), static_cast<long long>(loaded.step));
-      }
+      wire[0] = 1;
+      meta[0] = loaded.step;
+      meta[1] = loaded.adam_t;
+      meta[2] = loaded.good_steps;
+      std::memcpy(&wire[1], meta, sizeof(meta));
+      wire[7] = loaded.loss_scale;
+      std::printf("xl-train: resuming from %s (step %lld) on GPU\n",
+                  loaded_path.c_str(), static_cast<long long>(loaded.step));
     }
     if (nccl) RETURN_IF_ERROR(nccl->Broadcast(wire, 8, 0));
     if (wire[0] == 1) {
@@ -328,9 +316,7 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     }
   }
 
-  // Data: the producer's pinned host slots (three: it makes two steps
-  // ahead) and two device slots.
-  constexpr int kHostSlots = 3;
+  // Data: the producer's pinned host slots and two device slots.
   const size_t x_bytes =
       static_cast<size_t>(batch) * config.input_dim * sizeof(float);
   const size_t l_bytes = static_cast<size_t>(batch) * sizeof(int32_t);

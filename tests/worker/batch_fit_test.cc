@@ -134,6 +134,38 @@ TEST(BatchFit, GlobalBatchSplitsIntoWholeMicroBatches) {
       << st;
 }
 
+// The caller's cap on a step's inputs (the GPU's pinned host slots) bounds
+// the auto batch and the global batch, and the explanation says why.
+TEST(BatchFit, TheInputSlotCapBoundsTheAutoBatch) {
+  TrainConfig c;
+  c.input_dim = 1024;
+  c.hidden_dim = 1024;
+  c.hidden_layers = 2;
+  c.classes = 16;
+  c.precision = v1::BF16;
+  c.batch_auto = true;
+  const double gpu = 80.0 * (1ull << 30);
+  ASSERT_GT(MaxBatchPerRank(c, false, gpu), 5000);
+  std::string line;
+  TrainConfig t = c;
+  ASSERT_TRUE(FitBatch(&t, 2, false, gpu, &line, 1003).ok());
+  EXPECT_EQ(t.batch_per_rank, 1000);  // a multiple of 8 under the cap
+  EXPECT_NE(line.find("lowered from"), std::string::npos) << line;
+  t = c;
+  t.global_batch = 2 * 2000;
+  EXPECT_EQ(FitBatch(&t, 2, false, gpu, &line, 1003).code(),
+            absl::StatusCode::kInvalidArgument);
+  // The cap is a share of this machine's memory over the node's ranks
+  // (wide inputs: far from the 1 << 20 ceiling on any host).
+  TrainConfig wide = c;
+  wide.input_dim = 1 << 16;
+  EXPECT_GT(PinnedStepBatchCap(wide, 3), 0);
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  const int half = PinnedStepBatchCap(wide, 3);
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  EXPECT_NEAR(half, PinnedStepBatchCap(wide, 3) / 2, 1);
+}
+
 TEST(BatchFit, CpuBudgetComesFromTheJobsMemory) {
   ::unsetenv("XL_MEMORY_BYTES_PER_NODE");
   absl::StatusOr<double> none = CpuRankBudgetFromEnv();
