@@ -9,6 +9,7 @@
 #ifndef XL_AGENT_WORKER_ADAMW_H_
 #define XL_AGENT_WORKER_ADAMW_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -38,7 +39,16 @@ class AdamW {
   }
 
  private:
+  // Maximal runs of equal mask_ values: the update runs branch-free (and
+  // vectorized) within each.
+  struct Run {
+    size_t begin;
+    size_t end;
+    bool decay;
+  };
+
   std::vector<uint8_t> mask_;
+  std::vector<Run> runs_;
   double lr_;
   double wd_;
   std::vector<float> m_;

@@ -165,6 +165,52 @@ TEST(AdamW, MatchesTheFormulaAndDecaysOnlyWeights) {
   EXPECT_EQ(q[layers[0].w_offset], 0.5f - static_cast<float>(lr * wd) * 0.5f);
 }
 
+// The vectorized update (AVX-512, AVX2 or baseline clone, whichever this CPU
+// runs) computes adamw.h's float formula bit for bit, element by element: a
+// reference in scalar float, over runs of odd lengths (vector tails, and runs
+// that start mid-vector) and values spanning many exponents.
+TEST(AdamW, IsBitwiseTheScalarFloatFormula) {
+  std::vector<uint8_t> mask;
+  for (int run : {37, 1, 130, 3, 16, 17, 255, 2}) {
+    const uint8_t decay = mask.empty() || mask.back() == 0 ? 1 : 0;
+    mask.insert(mask.end(), run, decay);
+  }
+  const double lr = 3e-3, wd = 0.05;
+  AdamW opt(mask, lr, wd);
+  const size_t n = mask.size();
+  std::vector<float> p(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = std::ldexp(static_cast<float>(i % 13) - 6.0f, -static_cast<int>(i % 9));
+  }
+  std::vector<float> rp = p, rm(n, 0.0f), rv(n, 0.0f);
+  for (int t = 1; t <= 3; ++t) {
+    for (size_t i = 0; i < n; ++i) {
+      g[i] = std::ldexp(static_cast<float>((i * 7 + t) % 11) - 5.0f,
+                        -static_cast<int>((i + t) % 17));
+    }
+    opt.Step(p.data(), g.data());
+    const float bc1 = static_cast<float>(1.0 - std::pow(0.9, t));
+    const float bc2 = static_cast<float>(1.0 - std::pow(0.999, t));
+    const float flr = static_cast<float>(lr);
+    const float decay = static_cast<float>(lr * wd);
+    for (size_t i = 0; i < n; ++i) {
+      const float m = 0.9f * rm[i] + 0.1f * g[i];
+      const float v = 0.999f * rv[i] + 0.001f * (g[i] * g[i]);
+      rm[i] = m;
+      rv[i] = v;
+      float w = rp[i];
+      if (mask[i]) w = w - decay * w;
+      w = w - flr * (m / bc1) / (std::sqrt(v / bc2) + 1e-8f);
+      rp[i] = w;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(p[i], rp[i]) << "step " << t << " element " << i;
+      ASSERT_EQ(opt.m()[i], rm[i]) << "step " << t << " element " << i;
+      ASSERT_EQ(opt.v()[i], rv[i]) << "step " << t << " element " << i;
+    }
+  }
+}
+
 TEST(GradientBuckets, LayerAlignedLastLayerFirst) {
   TrainConfig c = Small();
   auto layers = LayerSpans(c);
