@@ -284,13 +284,18 @@ absl::Status CudaForwardBackwardForTest(const TrainConfig& config,
                                         const std::vector<float>& x,
                                         const std::vector<int32_t>& labels,
                                         int batch, float* loss,
-                                        std::vector<float>* grads) {
+                                        std::vector<float>* grads,
+                                        int micro_batches) {
   RETURN_IF_ERROR(RequireGpu());
+  if (micro_batches < 1 || batch % micro_batches != 0) {
+    return absl::InvalidArgumentError("micro_batches must divide batch");
+  }
+  const int micro = batch / micro_batches;
   cudaStream_t stream;
   XL_CUDA_CHECK(cudaStreamCreate(&stream));
   absl::Status st = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<CudaMlp> mlp,
-                     CudaMlp::Create(config, batch, stream));
+                     CudaMlp::Create(config, micro, stream));
     RETURN_IF_ERROR(mlp->SetParams(params.data()));
     DeviceBuffer dx, dl;
     RETURN_IF_ERROR(Upload<float>(x, &dx));
@@ -298,8 +303,13 @@ absl::Status CudaForwardBackwardForTest(const TrainConfig& config,
     XL_CUDA_CHECK(cudaMemcpy(dl.p, labels.data(),
                              labels.size() * sizeof(int32_t),
                              cudaMemcpyHostToDevice));
-    RETURN_IF_ERROR(mlp->ForwardBackward(static_cast<float*>(dx.p),
-                                         static_cast<int32_t*>(dl.p), batch));
+    for (int m = 0; m < micro_batches; ++m) {
+      RETURN_IF_ERROR(mlp->ForwardBackward(
+          static_cast<float*>(dx.p) +
+              static_cast<size_t>(m) * micro * config.input_dim,
+          static_cast<int32_t*>(dl.p) + static_cast<size_t>(m) * micro, micro,
+          nullptr, CudaMlp::MicroBatch{m, micro_batches}));
+    }
     ASSIGN_OR_RETURN(*loss, mlp->Loss());
     grads->resize(mlp->param_count());
     return mlp->GetGrads(grads->data());

@@ -29,13 +29,14 @@ size_t ElementSize(v1::Precision p) { return p == v1::FP32 ? 4 : 2; }
 // Column-major cuBLAS on row-major buffers: a row-major [r x c] matrix is a
 // column-major [c x r] one, so every row-major product below is computed
 // as its transpose. A and B are of type T, C of type `c_type`, fp32
-// accumulation.
+// accumulation; with `accumulate` the product is added to C (beta 1).
 template <typename T>
 absl::Status Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                   int m, int n, int k, const T* a, int lda, const T* b, int ldb,
-                  void* c, cudaDataType_t c_type, int ldc) {
+                  void* c, cudaDataType_t c_type, int ldc,
+                  bool accumulate = false) {
   const float alpha = 1.0f;
-  const float beta = 0.0f;
+  const float beta = accumulate ? 1.0f : 0.0f;
   XL_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, a, CudaType<T>(),
                                lda, b, CudaType<T>(), ldb, &beta, c, c_type,
                                ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -58,12 +59,13 @@ absl::Status GemmInputGrad(cublasHandle_t h, const T* dy, const T* w, T* dx,
                  dx, CudaType<T>(), in);
 }
 
-// dW [out x in] = dY^T X (fp32):  dW^T = X^T dY (col-major).
+// dW [out x in] (+)= dY^T X (fp32):  dW^T = X^T dY (col-major).
 template <typename T>
 absl::Status GemmWeightGrad(cublasHandle_t h, const T* dy, const T* x,
-                            float* dw, int batch, int in, int out) {
+                            float* dw, int batch, int in, int out,
+                            bool accumulate) {
   return Gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out,
-                 dw, CUDA_R_32F, in);
+                 dw, CUDA_R_32F, in, accumulate);
 }
 
 }  // namespace
@@ -268,25 +270,34 @@ absl::StatusOr<float> CudaMlp::Loss() const {
 
 absl::Status CudaMlp::ForwardBackward(
     const float* x, const int32_t* labels, int batch,
-    const std::function<absl::Status(int)>& on_layer_grads) {
+    const std::function<absl::Status(int)>& on_layer_grads, MicroBatch micro) {
   if (batch <= 0 || batch > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
   }
+  if (micro.count < 1 || micro.index < 0 || micro.index >= micro.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch ", micro.index, " of ", micro.count, " is out of range"));
+  }
   switch (precision_) {
     case v1::BF16:
-      return ForwardBackwardT<__nv_bfloat16>(x, labels, batch, on_layer_grads);
+      return ForwardBackwardT<__nv_bfloat16>(x, labels, batch, on_layer_grads,
+                                             micro);
     case v1::FP16:
-      return ForwardBackwardT<__half>(x, labels, batch, on_layer_grads);
+      return ForwardBackwardT<__half>(x, labels, batch, on_layer_grads, micro);
     default:
-      return ForwardBackwardT<float>(x, labels, batch, on_layer_grads);
+      return ForwardBackwardT<float>(x, labels, batch, on_layer_grads, micro);
   }
 }
 
 template <typename T>
 absl::Status CudaMlp::ForwardBackwardT(
     const float* x, const int32_t* labels, int batch,
-    const std::function<absl::Status(int)>& cb) {
+    const std::function<absl::Status(int)>& cb, MicroBatch micro) {
+  // Micro-batches after the first add to the gradients and the loss; the
+  // gradient and the loss are means over the step's micro.count * batch.
+  const bool acc = micro.index > 0;
+  const int step_rows = batch * micro.count;
   const int L = static_cast<int>(layers_.size());
   const T* w_low = static_cast<const T*>(params_low_);
   const OptimizerState* scale_state = precision_ == v1::FP16 ? state_ : nullptr;
@@ -317,10 +328,11 @@ absl::Status CudaMlp::ForwardBackwardT(
       XL_CUDA_CHECK(LaunchBiasActivation<T, T>(z, bias, z, batch, s.out,
                                                /*relu=*/true, stream_));
     } else {
-      XL_CUDA_CHECK(LaunchSoftmaxCrossEntropy<T>(z, bias, labels, row_loss_,
-                                                 static_cast<T*>(dz_a_), batch,
-                                                 s.out, scale_state, stream_));
-      XL_CUDA_CHECK(LaunchMeanLoss(row_loss_, batch, loss_, stream_));
+      XL_CUDA_CHECK(LaunchSoftmaxCrossEntropy<T>(
+          z, bias, labels, row_loss_, static_cast<T*>(dz_a_), batch, s.out,
+          scale_state, stream_, step_rows));
+      XL_CUDA_CHECK(
+          LaunchMeanLoss(row_loss_, batch, loss_, stream_, step_rows, acc));
     }
   }
 
@@ -329,11 +341,11 @@ absl::Status CudaMlp::ForwardBackwardT(
   T* spare = static_cast<T*>(dz_b_);
   XL_CUDA_CHECK(LaunchReluBackwardBiasGrad<T>(
       dz, nullptr, dz, grads_ + layers_[L - 1].b_offset, bias_scratch_, batch,
-      layers_[L - 1].out, stream_));
+      layers_[L - 1].out, stream_, acc));
   for (int l = L - 1; l >= 0; --l) {
     const LayerSpan& s = layers_[l];
     st = GemmWeightGrad<T>(cublas_, dz, act(l), grads_ + s.w_offset, batch,
-                           s.in, s.out);
+                           s.in, s.out, acc);
     if (!st.ok()) return st;
     if (cb) {
       st = cb(l);
@@ -346,7 +358,7 @@ absl::Status CudaMlp::ForwardBackwardT(
     // Layer l's input is layer l-1's post-ReLU output: its mask.
     XL_CUDA_CHECK(LaunchReluBackwardBiasGrad<T>(
         spare, act(l), spare, grads_ + layers_[l - 1].b_offset, bias_scratch_,
-        batch, s.in, stream_));
+        batch, s.in, stream_, acc));
     std::swap(dz, spare);
   }
   return absl::OkStatus();

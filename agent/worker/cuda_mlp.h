@@ -56,14 +56,26 @@ class CudaMlp {
                                  int64_t* adam_t, float* loss_scale = nullptr,
                                  int64_t* good_steps = nullptr) const;
 
+  // Which micro-batch of a step a ForwardBackward is (gradient
+  // accumulation): index in [0, count). (No member initializers: GCC
+  // cannot use them in a default argument inside the enclosing class.)
+  struct MicroBatch {
+    int index;
+    int count;
+  };
+
   // Enqueues forward and backward for x [batch x input_dim] (device fp32)
-  // and labels [batch] (device). Gradients overwrite grads(); the mean loss
-  // goes to loss_device(). After layer l's (0-based) dW and db are enqueued
-  // it calls on_layer_grads(l), layers in reverse order, so the caller can
-  // record an event and start that bucket's all-reduce.
+  // and labels [batch] (device). The first micro-batch of a step overwrites
+  // grads() and loss_device(); later ones add to them. Both are means over
+  // the step's micro.count * batch samples, so after the last micro-batch
+  // they equal one ForwardBackward of the whole step's batch (up to
+  // rounding). After layer l's (0-based) dW and db are enqueued it calls
+  // on_layer_grads(l), layers in reverse order, so the caller can record an
+  // event and start that bucket's all-reduce (on the last micro-batch).
   absl::Status ForwardBackward(
       const float* x, const int32_t* labels, int batch,
-      const std::function<absl::Status(int)>& on_layer_grads = nullptr);
+      const std::function<absl::Status(int)>& on_layer_grads = nullptr,
+      MicroBatch micro = {0, 1});
 
   // Enqueues one AdamW step on grads() (already averaged over ranks): for
   // FP16, unscales and skips the step on inf/nan, adjusting the loss scale.
@@ -91,7 +103,8 @@ class CudaMlp {
   template <typename T>
   absl::Status ForwardBackwardT(const float* x, const int32_t* labels,
                                 int batch,
-                                const std::function<absl::Status(int)>& cb);
+                                const std::function<absl::Status(int)>& cb,
+                                MicroBatch micro);
   template <typename T>
   absl::Status StepT();
 

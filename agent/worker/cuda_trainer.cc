@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -243,28 +244,39 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     }
     config.batch_per_rank = static_cast<int>(wire[1]);
     config.accumulation_steps = static_cast<int>(wire[2]);
+    absl::Status own = absl::OkStatus();
     if (config.batch_auto &&
         MaxBatchPerRank(config, false, static_cast<double>(free_b),
                         config.accumulation_steps) < config.batch_per_rank) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      own = absl::ResourceExhaustedError(absl::StrCat(
           "train.batch_per_rank: auto: rank 0 chose ", config.batch_per_rank,
           " but GPU ", device, " of rank ", rank, " has only ",
           free_b >> 20, " MiB free (another process on it?)"));
+    }
+    // Every rank learns whether all fit, so that none waits out the
+    // collective timeout for a peer that gave up here.
+    float all_fit = own.ok() ? 1.0f : 0.0f;
+    if (nccl) RETURN_IF_ERROR(nccl->AllReduceMean(&all_fit, 1));
+    if (!own.ok()) return own;
+    // A mean of ones need not be exactly 1 in float; one rank out is 1/world.
+    if (all_fit * static_cast<float>(world) <
+        static_cast<float>(world) - 0.5f) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "train.batch_per_rank: auto: rank 0 chose ", config.batch_per_rank,
+          " and another rank's GPU has too little free memory for it (that "
+          "rank's error says which and how much); free the GPU or set "
+          "batch_per_rank"));
     }
     if (rank == 0) {
       std::printf("xl-train: %s\n", line.c_str());
       std::fflush(stdout);
     }
   }
-  if (config.accumulation_steps > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "train.global_batch: ", config.global_batch, " needs ",
-        config.accumulation_steps,
-        " micro-batches per step, and the CUDA worker does not accumulate "
-        "gradients yet (the CPU worker does); use global_batch = ranks x "
-        "batch_per_rank, or more ranks"));
-  }
+  // A step is `micro` micro-batches of `batch`: their gradients add up on
+  // the GPU and are all-reduced once, during the last one's backward.
   const int batch = config.batch_per_rank;
+  const int micro = std::max(1, config.accumulation_steps);
+  const int step_batch = batch * micro;
 
   ASSIGN_OR_RETURN(model, CudaMlp::Create(config, batch, res.compute));
   const int64_t count = model->param_count();
@@ -316,10 +328,11 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     }
   }
 
-  // Data: the producer's pinned host slots and two device slots.
+  // Data: the producer's pinned host slots and two device slots, each a
+  // whole step's inputs (batch_fit.cc counts them so).
   const size_t x_bytes =
-      static_cast<size_t>(batch) * config.input_dim * sizeof(float);
-  const size_t l_bytes = static_cast<size_t>(batch) * sizeof(int32_t);
+      static_cast<size_t>(step_batch) * config.input_dim * sizeof(float);
+  const size_t l_bytes = static_cast<size_t>(step_batch) * sizeof(int32_t);
   std::vector<BatchSlot> host_slots(kHostSlots);
   for (BatchSlot& slot : host_slots) {
     RETURN_IF_ERROR(res.Pinned(&slot.x, x_bytes));
@@ -434,8 +447,15 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
       XL_CUDA_CHECK(cudaEventRecord(bucket_end[b], nccl->stream()));
       return absl::OkStatus();
     };
-    RETURN_IF_ERROR(
-        model->ForwardBackward(dx[slot], dl[slot], batch, on_layer));
+    for (int m = 0; m < micro; ++m) {
+      // Only the last micro-batch's layers start their buckets' all-reduce.
+      RETURN_IF_ERROR(model->ForwardBackward(
+          dx[slot] + static_cast<size_t>(m) * batch * config.input_dim,
+          dl[slot] + static_cast<size_t>(m) * batch, batch,
+          m + 1 == micro ? std::function<absl::Status(int)>(on_layer)
+                         : nullptr,
+          CudaMlp::MicroBatch{m, micro}));
+    }
     XL_CUDA_CHECK(cudaEventRecord(ev_bwd_done, res.compute));
 
     // Loss and stop vote: one tiny all-reduce after the gradients.
@@ -539,7 +559,7 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   }
   const double sps =
       timed_steps > 0 && timed_wall > 0
-          ? static_cast<double>(timed_steps) * world * batch / timed_wall
+          ? static_cast<double>(timed_steps) * world * step_batch / timed_wall
           : 0;
   const double mfu = ModelFlopsUtilization(count, sps / world, peak_tflops);
   if (options.stats != nullptr) {

@@ -87,13 +87,13 @@ __global__ void ReluBackwardPartialKernel(const T* dy, const T* y, T* dz,
 }
 
 __global__ void SumSlicesKernel(const float* partial, float* db, int slices,
-                                int cols) {
+                                int cols, bool accumulate) {
   int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= cols) return;
   float s = 0.0f;
   for (int k = 0; k < slices; ++k)
     s += partial[static_cast<size_t>(k) * cols + col];
-  db[col] = s;
+  db[col] = accumulate ? db[col] + s : s;
 }
 
 // One warp per row.
@@ -101,7 +101,7 @@ template <typename T>
 __global__ void SoftmaxCrossEntropyKernel(const T* z, const float* bias,
                                           const int32_t* labels,
                                           float* row_loss, T* dlogits, int rows,
-                                          int cols,
+                                          int cols, int grad_rows,
                                           const OptimizerState* state) {
   const size_t warp =
       (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -118,7 +118,7 @@ __global__ void SoftmaxCrossEntropyKernel(const T* z, const float* bias,
   int label = labels[warp];
   // Same operations as SoftmaxCrossEntropy in mlp.cc.
   const float log_sum = logf(sum);
-  const float inv_rows = 1.0f / static_cast<float>(rows);
+  const float inv_rows = 1.0f / static_cast<float>(grad_rows);
   const float scale = state != nullptr ? state->loss_scale : 1.0f;
   T* dr = dlogits + static_cast<size_t>(warp) * cols;
   for (int c = lane; c < cols; c += 32) {
@@ -131,7 +131,8 @@ __global__ void SoftmaxCrossEntropyKernel(const T* z, const float* bias,
   }
 }
 
-__global__ void MeanLossKernel(const float* row_loss, int rows, float* mean) {
+__global__ void MeanLossKernel(const float* row_loss, int rows, int divisor,
+                               bool accumulate, float* mean) {
   __shared__ float sums[256];
   float s = 0.0f;
   for (int r = threadIdx.x; r < rows; r += blockDim.x) s += row_loss[r];
@@ -141,7 +142,10 @@ __global__ void MeanLossKernel(const float* row_loss, int rows, float* mean) {
     if (threadIdx.x < w) sums[threadIdx.x] += sums[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *mean = sums[0] / static_cast<float>(rows);
+  if (threadIdx.x == 0) {
+    const float part = sums[0] / static_cast<float>(divisor);
+    *mean = accumulate ? *mean + part : part;
+  }
 }
 
 __global__ void UnscaleAndCheckKernel(float* g, size_t n,
@@ -240,7 +244,8 @@ size_t BiasGradScratchFloats(int rows, int cols) {
 template <typename T>
 cudaError_t LaunchReluBackwardBiasGrad(const T* dy, const T* y, T* dz,
                                        float* db, float* scratch, int rows,
-                                       int cols, cudaStream_t stream) {
+                                       int cols, cudaStream_t stream,
+                                       bool accumulate) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   int slices = BiasGradSlices(rows);
   dim3 grid((cols + kBgCols - 1) / kBgCols, slices);
@@ -250,7 +255,7 @@ cudaError_t LaunchReluBackwardBiasGrad(const T* dy, const T* y, T* dz,
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   SumSlicesKernel<<<(cols + 255) / 256, 256, 0, stream>>>(scratch, db, slices,
-                                                          cols);
+                                                          cols, accumulate);
   return cudaGetLastError();
 }
 
@@ -259,19 +264,23 @@ cudaError_t LaunchSoftmaxCrossEntropy(const T* z, const float* bias,
                                       const int32_t* labels, float* row_loss,
                                       T* dlogits, int rows, int cols,
                                       const OptimizerState* state,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, int grad_rows) {
   if (rows <= 0) return cudaSuccess;
   constexpr int kThreads = 256;  // 8 rows per block
   int blocks = static_cast<int>(
       (static_cast<size_t>(rows) * 32 + kThreads - 1) / kThreads);
   SoftmaxCrossEntropyKernel<T><<<blocks, kThreads, 0, stream>>>(
-      z, bias, labels, row_loss, dlogits, rows, cols, state);
+      z, bias, labels, row_loss, dlogits, rows, cols,
+      grad_rows > 0 ? grad_rows : rows, state);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchMeanLoss(const float* row_loss, int rows, float* mean,
-                           cudaStream_t stream) {
-  MeanLossKernel<<<1, 256, 0, stream>>>(row_loss, rows, mean);
+                           cudaStream_t stream, int divisor_rows,
+                           bool accumulate) {
+  MeanLossKernel<<<1, 256, 0, stream>>>(
+      row_loss, rows, divisor_rows > 0 ? divisor_rows : rows, accumulate,
+      mean);
   return cudaGetLastError();
 }
 
@@ -325,10 +334,10 @@ cudaError_t LaunchCastToFloat(const T* in, float* out, size_t n,
   template cudaError_t LaunchBiasActivation<float, T>(                      \
       const float*, const float*, T*, int, int, bool, cudaStream_t);        \
   template cudaError_t LaunchReluBackwardBiasGrad<T>(                       \
-      const T*, const T*, T*, float*, float*, int, int, cudaStream_t);      \
+      const T*, const T*, T*, float*, float*, int, int, cudaStream_t, bool);\
   template cudaError_t LaunchSoftmaxCrossEntropy<T>(                        \
       const T*, const float*, const int32_t*, float*, T*, int, int,         \
-      const OptimizerState*, cudaStream_t);                                 \
+      const OptimizerState*, cudaStream_t, int);                            \
   template cudaError_t LaunchAdamW<T>(float*, const float*, float*, float*, \
                                       T*, size_t, float, float,             \
                                       const OptimizerState*, cudaStream_t); \
@@ -348,10 +357,10 @@ template cudaError_t LaunchBiasActivation<float, float>(const float*,
 template cudaError_t LaunchReluBackwardBiasGrad<float>(const float*,
                                                        const float*, float*,
                                                        float*, float*, int, int,
-                                                       cudaStream_t);
+                                                       cudaStream_t, bool);
 template cudaError_t LaunchSoftmaxCrossEntropy<float>(
     const float*, const float*, const int32_t*, float*, float*, int, int,
-    const OptimizerState*, cudaStream_t);
+    const OptimizerState*, cudaStream_t, int);
 template cudaError_t LaunchAdamW<float>(float*, const float*, float*, float*,
                                         float*, size_t, float, float,
                                         const OptimizerState*, cudaStream_t);

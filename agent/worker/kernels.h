@@ -43,25 +43,31 @@ cudaError_t LaunchBiasActivation(const Tin* z, const float* bias, Tout* y,
 size_t BiasGradScratchFloats(int rows, int cols);
 
 // dz = dy * (y > 0) (or dz = dy when y is null), and db[c] = sum over rows
-// of dz[., c] in fp32, in a fixed order (deterministic). dz may alias dy.
+// of dz[., c] in fp32, in a fixed order (deterministic); with `accumulate`
+// that sum is added to db[c] (gradient accumulation). dz may alias dy.
 template <typename T>
 cudaError_t LaunchReluBackwardBiasGrad(const T* dy, const T* y, T* dz,
                                        float* db, float* scratch, int rows,
-                                       int cols, cudaStream_t stream);
+                                       int cols, cudaStream_t stream,
+                                       bool accumulate = false);
 
 // Per row r: logits = z[r] + bias; row_loss[r] = logsumexp(logits) -
-// logits[label]; dlogits[r] = (softmax(logits) - onehot(label)) / rows *
-// loss_scale (loss_scale read from `state`, or 1 when state is null).
+// logits[label]; dlogits[r] = (softmax(logits) - onehot(label)) / grad_rows
+// * loss_scale (loss_scale read from `state`, or 1 when state is null).
+// grad_rows is the rows the gradient is a mean over: `rows` when 0, the
+// step's whole batch (micro-batch x micro-batches) when accumulating.
 template <typename T>
 cudaError_t LaunchSoftmaxCrossEntropy(const T* z, const float* bias,
                                       const int32_t* labels, float* row_loss,
                                       T* dlogits, int rows, int cols,
                                       const OptimizerState* state,
-                                      cudaStream_t stream);
+                                      cudaStream_t stream, int grad_rows = 0);
 
-// *mean = sum(row_loss[0..rows)) / rows, in a fixed order.
+// *mean = sum(row_loss[0..rows)) / divisor_rows (rows when 0), in a fixed
+// order; with `accumulate` added to *mean instead.
 cudaError_t LaunchMeanLoss(const float* row_loss, int rows, float* mean,
-                           cudaStream_t stream);
+                           cudaStream_t stream, int divisor_rows = 0,
+                           bool accumulate = false);
 
 // g *= 1 / loss_scale; sets state->found_inf when any g is inf or nan.
 cudaError_t LaunchUnscaleAndCheck(float* g, size_t n, OptimizerState* state,

@@ -117,15 +117,6 @@ absl::Status CheckTrainSpec(v1::JobSpec* spec) {
                               "; use a multiple of ", per_step,
                               ", or batch_per_rank: auto"));
     }
-    if (!on_cpu && t.global_batch() > per_step) {
-      return Bad("train.global_batch",
-                 absl::StrCat(t.global_batch(), " needs ",
-                              t.global_batch() / per_step,
-                              " micro-batches per step, and xl-train on GPUs "
-                              "does not accumulate gradients yet (on CPU it "
-                              "does); use global_batch ", per_step,
-                              " (ranks x batch_per_rank), or more ranks"));
-    }
   }
   if (t.device() == "cuda" && spec->resources().gpus_per_node() == 0) {
     return Bad("resources.gpus_per_node",

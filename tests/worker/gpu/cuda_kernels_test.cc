@@ -160,6 +160,29 @@ TEST(CudaKernels, Fp16OverflowSkipsTheStep) {
   EXPECT_EQ(got, params);  // and nothing moved
 }
 
+std::vector<float> Slice(const std::vector<float>& v, int64_t offset,
+                         int64_t n) {
+  return std::vector<float>(v.begin() + offset, v.begin() + offset + n);
+}
+
+// SmallConfig(p)'s model initialized on the CPU, and its first batch.
+struct SmallCase {
+  explicit SmallCase(v1::Precision p)
+      : config(SmallConfig(p)),
+        cpu(config),
+        batch(config.batch_per_rank),
+        x(static_cast<size_t>(batch) * config.input_dim),
+        labels(batch) {
+    cpu.Init();
+    SyntheticBatch(config, 0, 0, 1, x.data(), labels.data());
+  }
+  TrainConfig config;
+  Mlp cpu;
+  int batch;
+  std::vector<float> x;
+  std::vector<int32_t> labels;
+};
+
 // One whole forward and backward through cuBLAS against Mlp. FP32: every
 // gradient within grad_tol of its array's scale. BF16/FP16: each gradient
 // array's cosine with the CPU's at least grad_tol (a ReLU mask flipped by
@@ -168,13 +191,12 @@ TEST(CudaKernels, Fp16OverflowSkipsTheStep) {
 // cosines stayed >= 0.995 / 0.9976).
 void CompareForwardBackward(v1::Precision p, double loss_tol, double grad_tol,
                             double grad_scale) {
-  TrainConfig config = SmallConfig(p);
-  Mlp cpu(config);
-  cpu.Init();
-  const int b = config.batch_per_rank;
-  std::vector<float> x(static_cast<size_t>(b) * config.input_dim);
-  std::vector<int32_t> labels(b);
-  SyntheticBatch(config, 0, 0, 1, x.data(), labels.data());
+  SmallCase c(p);
+  const TrainConfig& config = c.config;
+  Mlp& cpu = c.cpu;
+  const int b = c.batch;
+  const std::vector<float>& x = c.x;
+  const std::vector<int32_t>& labels = c.labels;
   const float want_loss = cpu.ForwardBackward(x.data(), labels.data(), b);
   float loss = 0;
   std::vector<float> grads;
@@ -185,14 +207,10 @@ void CompareForwardBackward(v1::Precision p, double loss_tol, double grad_tol,
   EXPECT_NEAR(loss, want_loss, loss_tol * std::fabs(want_loss))
       << v1::Precision_Name(p);
   for (const LayerSpan& s : cpu.layers()) {
-    std::vector<float> gw(grads.begin() + s.w_offset,
-                          grads.begin() + s.w_offset + s.w_size);
-    std::vector<float> cw(cpu.grads().begin() + s.w_offset,
-                          cpu.grads().begin() + s.w_offset + s.w_size);
-    std::vector<float> gb(grads.begin() + s.b_offset,
-                          grads.begin() + s.b_offset + s.b_size);
-    std::vector<float> cb(cpu.grads().begin() + s.b_offset,
-                          cpu.grads().begin() + s.b_offset + s.b_size);
+    const std::vector<float> gw = Slice(grads, s.w_offset, s.w_size);
+    const std::vector<float> cw = Slice(cpu.grads(), s.w_offset, s.w_size);
+    const std::vector<float> gb = Slice(grads, s.b_offset, s.b_size);
+    const std::vector<float> cb = Slice(cpu.grads(), s.b_offset, s.b_size);
     if (p == v1::FP32) {
       EXPECT_LE(ScaledMaxError(gw, cw), grad_tol)
           << "FP32 dW of layer " << s.in << "x" << s.out;
@@ -223,6 +241,50 @@ TEST(CudaMlp, Bf16ForwardBackwardMatchesCpuLoosely) {
 TEST(CudaMlp, Fp16ForwardBackwardMatchesCpuLoosely) {
   XL_SKIP_WITHOUT_GPU();
   CompareForwardBackward(v1::FP16, 1e-2, 0.995, 65536.0);
+}
+
+// Gradient accumulation: three micro-batches of 16 give the loss and the
+// gradients of one batch of 48 (FP32: within rounding; FP16: the same loss
+// scale multiplies every micro-batch, so the sum is scaled once). Starting
+// each micro-batch from zero instead (no accumulation) gives the last
+// micro-batch's third, which this would catch.
+void CompareAccumulation(v1::Precision p, double tol, double grad_scale) {
+  SmallCase c(p);
+  float whole_loss = 0, micro_loss = 0;
+  std::vector<float> whole, micro;
+  ASSERT_TRUE(CudaForwardBackwardForTest(c.config, c.cpu.params(), c.x,
+                                         c.labels, c.batch, &whole_loss,
+                                         &whole)
+                  .ok());
+  absl::Status st =
+      CudaForwardBackwardForTest(c.config, c.cpu.params(), c.x, c.labels,
+                                 c.batch, &micro_loss, &micro, 3);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_NEAR(micro_loss, whole_loss, tol * std::fabs(whole_loss));
+  for (float& g : whole) g /= grad_scale;
+  for (float& g : micro) g /= grad_scale;
+  for (const LayerSpan& s : c.cpu.layers()) {
+    EXPECT_LE(ScaledMaxError(Slice(micro, s.w_offset, s.w_size),
+                             Slice(whole, s.w_offset, s.w_size)),
+              tol)
+        << v1::Precision_Name(p) << " dW of layer " << s.in << "x" << s.out;
+    EXPECT_LE(ScaledMaxError(Slice(micro, s.b_offset, s.b_size),
+                             Slice(whole, s.b_offset, s.b_size)),
+              tol)
+        << v1::Precision_Name(p) << " db of layer " << s.in << "x" << s.out;
+  }
+}
+
+TEST(CudaMlp, Fp32MicroBatchesAccumulateToTheWholeBatch) {
+  XL_SKIP_WITHOUT_GPU();
+  CompareAccumulation(v1::FP32, 1e-5, 1.0);
+}
+
+// FP16: the micro-batches' fp16 activations are those of the whole batch's
+// rows (row-wise ops), so only the fp32 sums' order differs.
+TEST(CudaMlp, Fp16MicroBatchesAccumulateUnderOneLossScale) {
+  XL_SKIP_WITHOUT_GPU();
+  CompareAccumulation(v1::FP16, 1e-3, 65536.0);
 }
 
 }  // namespace

@@ -67,18 +67,26 @@ std::vector<float> CpuFinalParams(TrainConfig config) {
   return params;
 }
 
+// `config` on GPU 0 alone: its final params (empty, and a failure, when
+// the run fails).
+std::vector<float> GpuFinalParams(const TrainConfig& config,
+                                  MetricsSink* sink) {
+  InMemoryRendezvous rdv;
+  std::vector<float> params;
+  CudaTrainOptions o;
+  o.base.final_params = &params;
+  o.device = 0;
+  absl::Status st = RunCudaTraining(config, RankInfo{}, &rdv, sink, "", o);
+  EXPECT_TRUE(st.ok()) << st;
+  return params;
+}
+
 TEST(CudaTrainer, Fp32TrainingMatchesCpu) {
   XL_SKIP_WITHOUT_GPU();
   TrainConfig config = SmallConfig();
   std::vector<float> want = CpuFinalParams(config);
   RecordingMetricsSink sink;
-  InMemoryRendezvous rdv;
-  std::vector<float> got;
-  CudaTrainOptions o;
-  o.base.final_params = &got;
-  o.device = 0;
-  absl::Status st = RunCudaTraining(config, RankInfo{}, &rdv, &sink, "", o);
-  ASSERT_TRUE(st.ok()) << st;
+  std::vector<float> got = GpuFinalParams(config, &sink);
   ASSERT_EQ(got.size(), want.size());
   // Five AdamW steps of lr 1e-3 move a weight by at most ~5e-3; the two
   // paths agree to far better than that.
@@ -89,6 +97,31 @@ TEST(CudaTrainer, Fp32TrainingMatchesCpu) {
   EXPECT_GT(reports.back().samples_per_second(), 0);
   EXPECT_GT(reports.back().peak_memory_bytes(), 0u);
   EXPECT_TRUE(std::isfinite(reports.back().loss()));
+}
+
+// global_batch 128 at batch_per_rank 32 on one GPU: four micro-batches per
+// step, reported so, training like the CPU worker (which also accumulates)
+// and like one batch of 128 on the GPU, each within rounding.
+TEST(CudaTrainer, AccumulationTrainsLikeTheWholeBatch) {
+  XL_SKIP_WITHOUT_GPU();
+  TrainConfig config = SmallConfig();
+  config.global_batch = 128;
+  std::vector<float> cpu = CpuFinalParams(config);
+  RecordingMetricsSink sink;
+  std::vector<float> got = GpuFinalParams(config, &sink);
+  ASSERT_EQ(got.size(), cpu.size());
+  EXPECT_LE(ScaledMaxError(got, cpu), 1e-4);
+  auto reports = sink.reports();
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().batch_per_rank(), 32);
+  EXPECT_EQ(reports.back().accumulation_steps(), 4);
+  EXPECT_EQ(reports.back().global_batch(), 128);
+
+  TrainConfig whole = SmallConfig();
+  whole.batch_per_rank = 128;
+  std::vector<float> one = GpuFinalParams(whole, nullptr);
+  ASSERT_EQ(one.size(), got.size());
+  EXPECT_LE(ScaledMaxError(got, one), 1e-4);
 }
 
 // Crash after step 4, resume from the step-4 checkpoint: the same final
