@@ -611,7 +611,8 @@ class Controller {
   absl::Time next_usage_store_mono_ ABSL_GUARDED_BY(mu_) =
       absl::InfinitePast();
   bool pass_needed_ ABSL_GUARDED_BY(mu_) = true;
-  // The earliest time a fenced pending job may start.
+  // The earliest time a fenced pending job may start, or a short elastic
+  // job may grow: a full pass then.
   absl::Time next_eligible_mono_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time next_retention_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time next_periodic_pass_mono_ ABSL_GUARDED_BY(mu_) =

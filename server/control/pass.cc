@@ -84,6 +84,17 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   if (queue->empty() && !grow) return false;
   SnapshotCluster(fs, snapshot);
   if (grow) snapshot->max_grows = opts_.max_grows;
+  // An elastic job short of nodes but too young to grow: a full pass when it
+  // is old enough, so that the nodes free now are offered to it then rather
+  // than at the next periodic pass.
+  for (const scheduler::RunningGang& g : snapshot->running) {
+    if (opts_.max_grows > 0 && g.min_nodes > 0 && g.request != nullptr &&
+        static_cast<int32_t>(g.nodes.size()) < g.request->nodes() &&
+        g.ran < opts_.elastic_grow_after) {
+      next_eligible_mono_ =
+          std::min(next_eligible_mono_, now + (opts_.elastic_grow_after - g.ran));
+    }
+  }
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
   for (auto it = preempting_.begin(); it != preempting_.end();) {
     if (it->second > now) {

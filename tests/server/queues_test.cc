@@ -802,6 +802,53 @@ TEST_F(QueuesTest, AnElasticJobStartsSmallGrowsAndShrinks) {
   EXPECT_EQ(job.attempt(), 3);
 }
 
+// Nodes that free while an elastic job is younger than --elastic-grow-after
+// are offered to it once it is old enough, not at the next periodic pass
+// (an hour away here): the pass that saw it too young sets a pass for then.
+TEST_F(QueuesTest, AnElasticJobGrowsWhenOldEnoughNotAtThePeriodicPass) {
+  tweak_ = [](ControllerOptions* o) {
+    o->periodic_pass = absl::Hours(1);
+    o->elastic_grow_after = absl::Seconds(5);
+  };
+  Open();
+  std::map<std::string, std::shared_ptr<FakeConnection>> conns;
+  conns["b"] = AddNode("b", 8);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->add_command("/bin/true");
+  req.mutable_spec()->mutable_resources()->set_nodes(2);
+  req.mutable_spec()->mutable_resources()->set_min_nodes(1);
+  req.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
+  const std::string id = SubmitRequest(req)->job_id();
+  controller_->Tick();
+  Settle();
+  v1::Job job = *controller_->GetJob(id);
+  ASSERT_EQ(job.allocations_size(), 1);
+  for (int r : job.allocations(0).ranks()) {
+    Report("b", conns["b"].get(), id, job.attempt(), r, v1::RANK_RUNNING, 0);
+  }
+  Settle();
+  auto tick = [&](absl::Duration d) {
+    clock_.Advance(d);
+    for (auto& [name, conn] : conns) Beat(name, conn.get());
+    controller_->Tick();
+    Settle();
+  };
+  tick(absl::Seconds(1));
+  conns["a"] = AddNode("a", 8);  // free while the job is 1 s old
+  tick(absl::Seconds(1));
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  tick(absl::Seconds(2));
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING)
+      << "grew before --elastic-grow-after";
+  tick(absl::Seconds(2));  // 6 s old
+  job = *controller_->GetJob(id);
+  EXPECT_EQ(job.state(), v1::PENDING) << job.reason();
+  EXPECT_EQ(job.resizes(), 1);
+  EXPECT_NE(job.reason().find("elastic: growing from 1 to 2 of 2 nodes"),
+            std::string::npos)
+      << job.reason();
+}
+
 // Pending jobs beyond the pass's reservations get an estimated start from
 // the estimator's pass: each in rank order after the ends of the running
 // jobs and of the jobs before it.
