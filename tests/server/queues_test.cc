@@ -45,6 +45,26 @@ class QueuesTest : public ControllerTest {
     mu.Await(absl::Condition(&done));
     return out;
   }
+  // An elastic job of 1 to `nodes` nodes of 8 GPUs (ranks_per_node 0: one
+  // rank per GPU); its id.
+  std::string SubmitElastic(int nodes, int ranks_per_node) {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->add_command("/bin/true");
+    req.mutable_spec()->mutable_resources()->set_nodes(nodes);
+    req.mutable_spec()->mutable_resources()->set_min_nodes(1);
+    req.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
+    req.mutable_spec()->mutable_resources()->set_ranks_per_node(ranks_per_node);
+    return SubmitRequest(req)->job_id();
+  }
+  // Advances the clock by d, every node beats, a tick, settled.
+  void TickAll(
+      const std::map<std::string, std::shared_ptr<FakeConnection>>& conns,
+      absl::Duration d) {
+    clock_.Advance(d);
+    for (auto& [name, conn] : conns) Beat(name, conn.get());
+    controller_->Tick();
+    Settle();
+  }
   absl::StatusOr<v1::SubmitJobResponse> SubmitTo(
       const std::string& queue, int gpus, int priority = 0,
       int time_limit_s = 0, int nodes = 1,
@@ -696,13 +716,7 @@ TEST_F(QueuesTest, AnElasticJobStartsSmallGrowsAndShrinks) {
   Open();
   std::map<std::string, std::shared_ptr<FakeConnection>> conns;
   conns["b"] = AddNode("b", 8);
-  v1::SubmitJobRequest req;
-  req.mutable_spec()->add_command("/bin/true");
-  req.mutable_spec()->mutable_resources()->set_nodes(3);
-  req.mutable_spec()->mutable_resources()->set_min_nodes(1);
-  req.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
-  req.mutable_spec()->mutable_resources()->set_ranks_per_node(2);
-  const std::string id = SubmitRequest(req)->job_id();
+  const std::string id = SubmitElastic(3, 2);
   controller_->Tick();
   Settle();
   // Runs every rank of the current attempt, or ends them (SIGTERM'd).
@@ -716,12 +730,7 @@ TEST_F(QueuesTest, AnElasticJobStartsSmallGrowsAndShrinks) {
     }
     Settle();
   };
-  auto tick = [&](absl::Duration d) {
-    clock_.Advance(d);
-    for (auto& [name, conn] : conns) Beat(name, conn.get());
-    controller_->Tick();
-    Settle();
-  };
+  auto tick = [&](absl::Duration d) { TickAll(conns, d); };
   v1::Job job = *controller_->GetJob(id);
   ASSERT_EQ(job.state(), v1::SCHEDULED);
   ASSERT_EQ(job.allocations_size(), 1);
@@ -813,12 +822,7 @@ TEST_F(QueuesTest, AnElasticJobGrowsWhenOldEnoughNotAtThePeriodicPass) {
   Open();
   std::map<std::string, std::shared_ptr<FakeConnection>> conns;
   conns["b"] = AddNode("b", 8);
-  v1::SubmitJobRequest req;
-  req.mutable_spec()->add_command("/bin/true");
-  req.mutable_spec()->mutable_resources()->set_nodes(2);
-  req.mutable_spec()->mutable_resources()->set_min_nodes(1);
-  req.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
-  const std::string id = SubmitRequest(req)->job_id();
+  const std::string id = SubmitElastic(2, 0);
   controller_->Tick();
   Settle();
   v1::Job job = *controller_->GetJob(id);
@@ -827,12 +831,7 @@ TEST_F(QueuesTest, AnElasticJobGrowsWhenOldEnoughNotAtThePeriodicPass) {
     Report("b", conns["b"].get(), id, job.attempt(), r, v1::RANK_RUNNING, 0);
   }
   Settle();
-  auto tick = [&](absl::Duration d) {
-    clock_.Advance(d);
-    for (auto& [name, conn] : conns) Beat(name, conn.get());
-    controller_->Tick();
-    Settle();
-  };
+  auto tick = [&](absl::Duration d) { TickAll(conns, d); };
   tick(absl::Seconds(1));
   conns["a"] = AddNode("a", 8);  // free while the job is 1 s old
   tick(absl::Seconds(1));
