@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "agent/worker/clones.h"
+
 namespace xl::worker {
 namespace {
 
@@ -20,7 +22,7 @@ struct Coefficients {
 // fused multiply-add in any clone), lanes never combine, and division and
 // square root are correctly rounded at every width.
 template <bool kDecay>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void UpdateRun(
+XL_CLONES_AVX512_AVX2 void UpdateRun(
     float* __restrict params, const float* __restrict grads,
     float* __restrict m_, float* __restrict v_, size_t n, Coefficients c) {
   for (size_t i = 0; i < n; ++i) {

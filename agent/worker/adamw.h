@@ -27,7 +27,8 @@ class AdamW {
   static std::vector<uint8_t> WeightMask(const std::vector<LayerSpan>& layers,
                                          int64_t count);
 
-  // One update of params[0..n) with grads[0..n); t += 1 first.
+  // One update of params[0..n) with grads[0..n); t += 1 first. params and
+  // grads must not overlap (the update is vectorized on that promise).
   void Step(float* params, const float* grads);
 
   std::vector<float>& m() { return m_; }

@@ -25,8 +25,9 @@ double Need(const TrainConfig& c, bool cpu, int b, int k) {
   double total = static_cast<double>(
       planner::MlpMemory(MlpShapeOf(c), b, c.precision, cpu).total_bytes());
   if (!cpu) {
-    // The device's two input slots hold a whole step's batch each.
-    total += 2.0 * b * k * (4.0 * c.input_dim + 4.0);
+    // The device's two input slots hold one micro-batch each (the pinned
+    // host slots hold whole steps: PinnedStepBatchCap bounds those).
+    total += 2.0 * b * (4.0 * c.input_dim + 4.0);
   } else if (k > 1) {
     // MlpMemory counts two batches of b; the producer's slots hold b * k.
     total += 2.0 * b * (k - 1) * (4.0 * c.input_dim + 4.0);
@@ -75,6 +76,17 @@ int PinnedStepBatchCap(const TrainConfig& c, int slots) {
 absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
                       std::string* explain, int max_step_batch) {
   const int64_t g = c->global_batch;
+  // A step's samples per rank over what the input slots may hold.
+  auto over_cap = [&](int64_t per_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.global_batch: ", g, " is ", per_rank,
+        " samples per rank per step, over ", std::min(kMaxBatch, max_step_batch),
+        max_step_batch < kMaxBatch
+            ? " (the pinned host slots of a step's inputs may take a "
+              "quarter of this rank's share of host memory)"
+            : "",
+        "; use a smaller global_batch or more ranks"));
+  };
   const std::string where =
       cpu ? absl::StrCat(GiB(budget_bytes), " for this rank (its share of "
                          "resources.memory_bytes_per_node, less ",
@@ -106,18 +118,10 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
       }
       const int64_t per_rank = g / world;
       if (per_rank > std::min(kMaxBatch, max_step_batch)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "train.global_batch: ", g, " is ", per_rank,
-            " samples per rank per step, over ",
-            std::min(kMaxBatch, max_step_batch),
-            max_step_batch < kMaxBatch
-                ? " (the pinned host slots of a step's inputs may take a "
-                  "quarter of this rank's share of host memory)"
-                : "",
-            "; use a smaller global_batch or more ranks"));
+        return over_cap(per_rank);
       }
-      // The fewest micro-batches that fit and divide the rank's share (a
-      // step's input batch is held whole, so each k is checked again).
+      // The fewest micro-batches that fit and divide the rank's share (on
+      // CPU a step's input batch is held whole, so each k is checked again).
       int64_t k = (per_rank + max_b - 1) / max_b;
       for (; k <= per_rank; ++k) {
         if (per_rank % k != 0) continue;
@@ -129,8 +133,10 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
       if (k > per_rank) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "train.global_batch: ", g, " samples per step do not fit in ",
-            where, " in any split into micro-batches (the step's inputs are "
-            "held whole); use a smaller global_batch or more ranks"));
+            where, " in any split into micro-batches (",
+            cpu ? "the step's inputs are held whole"
+                : "the model alone does not fit",
+            "); use a smaller global_batch or more ranks"));
       }
       const int b = static_cast<int>(per_rank / k);
       // A share with no divisor near the fit (a prime) would run tiny
@@ -169,7 +175,23 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
           " ranks x batch_per_rank ", c->batch_per_rank, " = ", per_step,
           "; use a multiple of ", per_step, ", or batch_per_rank: auto"));
     }
+    const int64_t per_rank = g / world;
+    if (per_rank > std::min(kMaxBatch, max_step_batch)) {
+      return over_cap(per_rank);
+    }
     c->accumulation_steps = static_cast<int>(g / per_step);
+    // On a GPU the budget is what it has free: a fixed batch that cannot
+    // fit is refused here, with the numbers, rather than at an allocation.
+    if (!cpu && budget_bytes > 0 &&
+        Need(*c, false, c->batch_per_rank, c->accumulation_steps) >
+            planner::GpuUsableBytes(budget_bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "train.batch_per_rank: ", c->batch_per_rank, " needs ",
+          GiB(Need(*c, false, c->batch_per_rank, c->accumulation_steps)),
+          " and ", GiB(planner::GpuUsableBytes(budget_bytes)), " of ", where,
+          " may hold model and batch; use batch_per_rank: auto (global_batch "
+          "is kept by more micro-batches) or a smaller batch_per_rank"));
+    }
     absl::StrAppend(explain, "batch_per_rank ", c->batch_per_rank, " x ",
                     c->accumulation_steps, " micro-batches");
   }

@@ -28,18 +28,21 @@ inline constexpr uint64_t kCpuRankOverheadBytes = 256ull << 20;
 // planner's workspace (GpuUsableBytes); on CPU the budget is what
 // CpuRankBudgetFromEnv gives and the margin 10%. 0 when not even one sample
 // fits.
-// `accumulation_steps` micro-batches share one step's input batch (held
-// whole, twice over, by the producer).
+// On CPU `accumulation_steps` micro-batches share one step's input batch
+// (held whole, twice over, by the producer); on a GPU the device holds two
+// micro-batches of inputs whatever the micro-batches per step (the pinned
+// host copies of whole steps are bounded by PinnedStepBatchCap instead).
 int MaxBatchPerRank(const TrainConfig& config, bool cpu, double budget_bytes,
                     int accumulation_steps = 1);
 
 // Resolves config->batch_per_rank (when batch_auto) and
 // config->accumulation_steps (from global_batch) for `world` ranks;
-// appends what it chose and why to *explain (one line). With batch_auto a
-// step's samples per rank are also kept to max_step_batch (what the
-// caller's input slots may hold; PinnedStepBatchCap on a GPU). Errors name
-// the TrainSpec field, the numbers and the fix: a model that does not fit,
-// a global batch world x batch does not divide.
+// appends what it chose and why to *explain (one line). A step's samples
+// per rank are also kept to max_step_batch (what the caller's input slots
+// may hold; PinnedStepBatchCap on a GPU). Errors name the TrainSpec field,
+// the numbers and the fix: a model that does not fit (with a fixed batch,
+// checked on a GPU only: a CPU budget may be unknown), a global batch
+// world x batch does not divide, a step over max_step_batch.
 absl::Status FitBatch(TrainConfig* config, int world, bool cpu,
                       double budget_bytes, std::string* explain,
                       int max_step_batch = 1 << 20);

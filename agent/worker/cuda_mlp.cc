@@ -279,6 +279,11 @@ absl::Status CudaMlp::ForwardBackward(
     return absl::InvalidArgumentError(absl::StrCat(
         "micro-batch ", micro.index, " of ", micro.count, " is out of range"));
   }
+  // The step's rows divide the gradient as a float: exact up to 2^24.
+  if (int64_t{batch} * micro.count > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        batch, " x ", micro.count, " samples per step is over 2^24"));
+  }
   switch (precision_) {
     case v1::BF16:
       return ForwardBackwardT<__nv_bfloat16>(x, labels, batch, on_layer_grads,

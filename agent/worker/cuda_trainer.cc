@@ -254,13 +254,16 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
           free_b >> 20, " MiB free (another process on it?)"));
     }
     // Every rank learns whether all fit, so that none waits out the
-    // collective timeout for a peer that gave up here.
-    float all_fit = own.ok() ? 1.0f : 0.0f;
-    if (nccl) RETURN_IF_ERROR(nccl->AllReduceMean(&all_fit, 1));
+    // collective timeout for a peer that gave up here. The flag is 1 for a
+    // misfit: a mean of zeros is exactly 0 at any world size.
+    float misfit = own.ok() ? 0.0f : 1.0f;
+    if (nccl) {
+      absl::Status st = nccl->AllReduceMean(&misfit, 1);
+      if (!own.ok()) return own;
+      if (!st.ok()) return st;
+    }
     if (!own.ok()) return own;
-    // A mean of ones need not be exactly 1 in float; one rank out is 1/world.
-    if (all_fit * static_cast<float>(world) <
-        static_cast<float>(world) - 0.5f) {
+    if (misfit > 0.0f) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "train.batch_per_rank: auto: rank 0 chose ", config.batch_per_rank,
           " and another rank's GPU has too little free memory for it (that "
@@ -328,21 +331,27 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     }
   }
 
-  // Data: the producer's pinned host slots and two device slots, each a
-  // whole step's inputs (batch_fit.cc counts them so).
-  const size_t x_bytes =
-      static_cast<size_t>(step_batch) * config.input_dim * sizeof(float);
-  const size_t l_bytes = static_cast<size_t>(step_batch) * sizeof(int32_t);
+  // Data: the producer's pinned host slots, a whole step's inputs each,
+  // and two device slots of one micro-batch each (as batch_fit.cc counts
+  // them): micro-batch u is copied into slot u % 2 while u - 1 computes.
+  const size_t x_micro = static_cast<size_t>(batch) * config.input_dim;
+  const size_t x_bytes = x_micro * sizeof(float);
+  const size_t l_bytes = static_cast<size_t>(batch) * sizeof(int32_t);
   std::vector<BatchSlot> host_slots(kHostSlots);
   for (BatchSlot& slot : host_slots) {
-    RETURN_IF_ERROR(res.Pinned(&slot.x, x_bytes));
-    RETURN_IF_ERROR(res.Pinned(&slot.labels, l_bytes));
+    RETURN_IF_ERROR(res.Pinned(&slot.x, x_bytes * micro));
+    RETURN_IF_ERROR(res.Pinned(&slot.labels, l_bytes * micro));
   }
   float* dx[2];
   int32_t* dl[2];
+  // copied[s]: slot s holds its micro-batch; consumed[s]: the compute that
+  // read it is done, so the copy stream may overwrite it.
+  cudaEvent_t copied[2], consumed[2];
   for (int s = 0; s < 2; ++s) {
     RETURN_IF_ERROR(res.Device(&dx[s], x_bytes));
     RETURN_IF_ERROR(res.Device(&dl[s], l_bytes));
+    RETURN_IF_ERROR(res.Event(&copied[s], false));
+    RETURN_IF_ERROR(res.Event(&consumed[s], false));
   }
   // scalars: [loss, stop vote], all-reduced after the gradients.
   float* d_scalars = nullptr;
@@ -419,17 +428,28 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   for (int64_t step = start; step < config.steps; ++step) {
     if (step == first_timed) timed_start = absl::Now();
     const absl::Time t0 = absl::Now();
-    const int slot = static_cast<int>(step % 2);
     ASSIGN_OR_RETURN(BatchSlot in, producer->Acquire(step));
     const absl::Time t1 = absl::Now();
-    XL_CUDA_CHECK(cudaEventRecord(ev_copy_start, res.copy));
-    XL_CUDA_CHECK(cudaMemcpyAsync(dx[slot], in.x, x_bytes,
-                                  cudaMemcpyHostToDevice, res.copy));
-    XL_CUDA_CHECK(cudaMemcpyAsync(dl[slot], in.labels, l_bytes,
-                                  cudaMemcpyHostToDevice, res.copy));
-    XL_CUDA_CHECK(cudaEventRecord(ev_copy_done, res.copy));
-
-    XL_CUDA_CHECK(cudaStreamWaitEvent(res.compute, ev_copy_done, 0));
+    // Enqueues micro-batch m's copy into device slot m % 2, after the
+    // compute that last read that slot (micro-batch m - 2; an earlier step's
+    // work is done, the host waited for it).
+    auto copy_in = [&](int m) -> absl::Status {
+      const int s = m % 2;
+      if (m >= 2) XL_CUDA_CHECK(cudaStreamWaitEvent(res.copy, consumed[s], 0));
+      if (m == 0) XL_CUDA_CHECK(cudaEventRecord(ev_copy_start, res.copy));
+      XL_CUDA_CHECK(cudaMemcpyAsync(dx[s], in.x + m * x_micro, x_bytes,
+                                    cudaMemcpyHostToDevice, res.copy));
+      XL_CUDA_CHECK(cudaMemcpyAsync(dl[s], in.labels + m * size_t{batch},
+                                    l_bytes, cudaMemcpyHostToDevice,
+                                    res.copy));
+      XL_CUDA_CHECK(cudaEventRecord(copied[s], res.copy));
+      // The first copy is what the step waits for (data time); the others
+      // overlap compute.
+      if (m == 0) XL_CUDA_CHECK(cudaEventRecord(ev_copy_done, res.copy));
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(copy_in(0));
+    XL_CUDA_CHECK(cudaStreamWaitEvent(res.compute, copied[0], 0));
     XL_CUDA_CHECK(cudaEventRecord(ev_start, res.compute));
     bool ar_started = false;
     auto on_layer = [&](int l) -> absl::Status {
@@ -448,13 +468,16 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
       return absl::OkStatus();
     };
     for (int m = 0; m < micro; ++m) {
+      const int s = m % 2;
+      if (m + 1 < micro) RETURN_IF_ERROR(copy_in(m + 1));
+      XL_CUDA_CHECK(cudaStreamWaitEvent(res.compute, copied[s], 0));
       // Only the last micro-batch's layers start their buckets' all-reduce.
       RETURN_IF_ERROR(model->ForwardBackward(
-          dx[slot] + static_cast<size_t>(m) * batch * config.input_dim,
-          dl[slot] + static_cast<size_t>(m) * batch, batch,
+          dx[s], dl[s], batch,
           m + 1 == micro ? std::function<absl::Status(int)>(on_layer)
                          : nullptr,
           CudaMlp::MicroBatch{m, micro}));
+      XL_CUDA_CHECK(cudaEventRecord(consumed[s], res.compute));
     }
     XL_CUDA_CHECK(cudaEventRecord(ev_bwd_done, res.compute));
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "agent/worker/clones.h"
+
 namespace xl::worker {
 namespace {
 
@@ -197,7 +199,7 @@ Teacher::Teacher(const TrainConfig& config)
 // Built for AVX2 too where the CPU has it (chosen at run time). Both clones
 // compute the same bits: data.cc is built with -ffp-contract=off, so no
 // clone fuses a multiply and an add, and lanes never reassociate a sum.
-__attribute__((target_clones("avx2", "default")))
+XL_CLONES_AVX2
 int32_t Teacher::Label(const float* x) const {
   double h[kTeacherHidden] = {};
   for (int j = 0; j < input_dim_; ++j) {

@@ -25,13 +25,19 @@ double GpuNeed(const TrainConfig& c, int b) {
          2.0 * b * (4.0 * c.input_dim + 4);
 }
 
-TEST(BatchFit, GpuBatchIsThePlannersLargestFit) {
+// The MFU benchmark's model: 8192 wide, 4 hidden layers, bf16.
+TrainConfig Width8192Bf16() {
   TrainConfig c;
   c.input_dim = 8192;
   c.hidden_dim = 8192;
   c.hidden_layers = 4;
   c.classes = 1000;
   c.precision = v1::BF16;
+  return c;
+}
+
+TEST(BatchFit, GpuBatchIsThePlannersLargestFit) {
+  TrainConfig c = Width8192Bf16();
   const double h200 = 139.8 * (1ull << 30);  // what cudaMemGetInfo says
   const int b = MaxBatchPerRank(c, /*cpu=*/false, h200);
   ASSERT_GT(b, 64);
@@ -164,6 +170,45 @@ TEST(BatchFit, TheInputSlotCapBoundsTheAutoBatch) {
   const int half = PinnedStepBatchCap(wide, 3);
   ::unsetenv("LOCAL_WORLD_SIZE");
   EXPECT_NEAR(half, PinnedStepBatchCap(wide, 3) / 2, 1);
+}
+
+// On a GPU the device holds two micro-batches of inputs whatever the
+// micro-batches per step, so accumulation reaches global batches whose
+// inputs would not fit on the device; a fixed batch with a global batch is
+// held to the same limits as auto: the pinned slots' cap and the GPU's
+// free memory, each refused with the numbers and the fix.
+TEST(BatchFit, FixedBatchWithAGlobalBatchIsCheckedOnTheGpu) {
+  TrainConfig c = Width8192Bf16();
+  const double gpu = 80.0 * (1ull << 30);
+  ASSERT_GT(MaxBatchPerRank(c, false, gpu), 256);
+  EXPECT_EQ(MaxBatchPerRank(c, false, gpu, 64), MaxBatchPerRank(c, false, gpu));
+  std::string line;
+  TrainConfig t = c;
+  t.batch_per_rank = 256;
+  t.global_batch = 2 * 256 * 8;
+  ASSERT_TRUE(FitBatch(&t, 2, false, gpu, &line, 4096).ok()) << line;
+  EXPECT_EQ(t.accumulation_steps, 8);
+  // Over the pinned slots' cap: 2048 samples per rank per step.
+  t = c;
+  t.batch_per_rank = 256;
+  t.global_batch = 2 * 256 * 8;
+  absl::Status st = FitBatch(&t, 2, false, gpu, &line, 1024);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("2048 samples per rank per step, over 1024 (the "
+                              "pinned host slots"),
+            std::string::npos)
+      << st;
+  // A batch the GPU cannot hold.
+  t = c;
+  t.batch_per_rank = MaxBatchPerRank(c, false, gpu) + 64;
+  t.global_batch = 2 * t.batch_per_rank;
+  st = FitBatch(&t, 2, false, gpu, &line);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("use batch_per_rank: auto"), std::string::npos)
+      << st;
+  // The same batch on CPU (whose budget may be unknown) is not refused.
+  t.device = "cpu";
+  EXPECT_TRUE(FitBatch(&t, 2, true, 0, &line).ok());
 }
 
 TEST(BatchFit, CpuBudgetComesFromTheJobsMemory) {
