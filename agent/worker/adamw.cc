@@ -22,9 +22,10 @@ struct Coefficients {
 // fused multiply-add in any clone), lanes never combine, and division and
 // square root are correctly rounded at every width.
 template <bool kDecay>
-XL_CLONES_AVX512_AVX2 void UpdateRun(
-    float* __restrict params, const float* __restrict grads,
-    float* __restrict m_, float* __restrict v_, size_t n, Coefficients c) {
+XL_CLONES_AVX512_AVX2 void UpdateRun(float* __restrict params,
+                                     const float* __restrict grads,
+                                     float* __restrict m_, float* __restrict v_,
+                                     size_t n, Coefficients c) {
   for (size_t i = 0; i < n; ++i) {
     const float g = grads[i];
     const float m = 0.9f * m_[i] + 0.1f * g;

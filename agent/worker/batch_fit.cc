@@ -80,7 +80,8 @@ absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,
   auto over_cap = [&](int64_t per_rank) {
     return absl::InvalidArgumentError(absl::StrCat(
         "train.global_batch: ", g, " is ", per_rank,
-        " samples per rank per step, over ", std::min(kMaxBatch, max_step_batch),
+        " samples per rank per step, over ",
+        std::min(kMaxBatch, max_step_batch),
         max_step_batch < kMaxBatch
             ? " (the pinned host slots of a step's inputs may take a "
               "quarter of this rank's share of host memory)"

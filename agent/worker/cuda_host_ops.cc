@@ -279,13 +279,10 @@ absl::Status CudaAdamWStepForTest(const TrainConfig& config,
   return st;
 }
 
-absl::Status CudaForwardBackwardForTest(const TrainConfig& config,
-                                        const std::vector<float>& params,
-                                        const std::vector<float>& x,
-                                        const std::vector<int32_t>& labels,
-                                        int batch, float* loss,
-                                        std::vector<float>* grads,
-                                        int micro_batches) {
+absl::Status CudaForwardBackwardForTest(
+    const TrainConfig& config, const std::vector<float>& params,
+    const std::vector<float>& x, const std::vector<int32_t>& labels, int batch,
+    float* loss, std::vector<float>* grads, int micro_batches) {
   RETURN_IF_ERROR(RequireGpu());
   if (micro_batches < 1 || batch % micro_batches != 0) {
     return absl::InvalidArgumentError("micro_batches must divide batch");

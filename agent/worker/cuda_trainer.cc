@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "agent/worker/batch_fit.h"
 #include "agent/worker/batch_producer.h"
@@ -111,6 +112,28 @@ float ElapsedSeconds(cudaEvent_t a, cudaEvent_t b) {
     return 0;
   }
   return ms / 1000.0f;
+}
+
+// Every rank learns whether all got past a step of the set-up that may fail
+// on one rank alone (its own memory, its own GPU), so that no rank waits out
+// the collective timeout for a peer that gave up: one all-reduce of a
+// failure flag (a mean of zeros is exactly 0 at any world size). A failed
+// rank returns its own error; the others say which step failed elsewhere.
+absl::Status AgreeAllOk(NcclCollective* nccl, const absl::Status& own,
+                        absl::string_view what, absl::string_view fix) {
+  float failed = own.ok() ? 0.0f : 1.0f;
+  if (nccl != nullptr) {
+    absl::Status st = nccl->AllReduceMean(&failed, 1);
+    if (!own.ok()) return own;
+    if (!st.ok()) return st;
+  }
+  if (!own.ok()) return own;
+  if (failed > 0.0f) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another rank failed ", what,
+                     " (its own error says which and why); ", fix));
+  }
+  return absl::OkStatus();
 }
 
 int LocalRank() {
@@ -250,26 +273,14 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
                         config.accumulation_steps) < config.batch_per_rank) {
       own = absl::ResourceExhaustedError(absl::StrCat(
           "train.batch_per_rank: auto: rank 0 chose ", config.batch_per_rank,
-          " but GPU ", device, " of rank ", rank, " has only ",
-          free_b >> 20, " MiB free (another process on it?)"));
+          " but GPU ", device, " of rank ", rank, " has only ", free_b >> 20,
+          " MiB free (another process on it?)"));
     }
-    // Every rank learns whether all fit, so that none waits out the
-    // collective timeout for a peer that gave up here. The flag is 1 for a
-    // misfit: a mean of zeros is exactly 0 at any world size.
-    float misfit = own.ok() ? 0.0f : 1.0f;
-    if (nccl) {
-      absl::Status st = nccl->AllReduceMean(&misfit, 1);
-      if (!own.ok()) return own;
-      if (!st.ok()) return st;
-    }
-    if (!own.ok()) return own;
-    if (misfit > 0.0f) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "train.batch_per_rank: auto: rank 0 chose ", config.batch_per_rank,
-          " and another rank's GPU has too little free memory for it (that "
-          "rank's error says which and how much); free the GPU or set "
-          "batch_per_rank"));
-    }
+    RETURN_IF_ERROR(AgreeAllOk(
+        nccl.get(), own,
+        absl::StrCat("to fit rank 0's batch_per_rank auto choice ",
+                     config.batch_per_rank, " in its GPU's free memory"),
+        "free that GPU or set train.batch_per_rank"));
     if (rank == 0) {
       std::printf("xl-train: %s\n", line.c_str());
       std::fflush(stdout);
@@ -281,7 +292,14 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   const int micro = std::max(1, config.accumulation_steps);
   const int step_batch = batch * micro;
 
-  ASSIGN_OR_RETURN(model, CudaMlp::Create(config, batch, res.compute));
+  {
+    absl::StatusOr<std::unique_ptr<CudaMlp>> created =
+        CudaMlp::Create(config, batch, res.compute);
+    RETURN_IF_ERROR(AgreeAllOk(nccl.get(), created.status(),
+                               "to allocate the model on its GPU",
+                               "free that GPU or lower train.batch_per_rank"));
+    model = *std::move(created);
+  }
   const int64_t count = model->param_count();
   const uint64_t fingerprint = ConfigFingerprint(config);
   // Periodic checkpoints are written off the loop: it pays only for the
@@ -338,26 +356,33 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   const size_t x_bytes = x_micro * sizeof(float);
   const size_t l_bytes = static_cast<size_t>(batch) * sizeof(int32_t);
   std::vector<BatchSlot> host_slots(kHostSlots);
-  for (BatchSlot& slot : host_slots) {
-    RETURN_IF_ERROR(res.Pinned(&slot.x, x_bytes * micro));
-    RETURN_IF_ERROR(res.Pinned(&slot.labels, l_bytes * micro));
-  }
-  float* dx[2];
-  int32_t* dl[2];
+  float* dx[2] = {nullptr, nullptr};
+  int32_t* dl[2] = {nullptr, nullptr};
   // copied[s]: slot s holds its micro-batch; consumed[s]: the compute that
   // read it is done, so the copy stream may overwrite it.
   cudaEvent_t copied[2], consumed[2];
-  for (int s = 0; s < 2; ++s) {
-    RETURN_IF_ERROR(res.Device(&dx[s], x_bytes));
-    RETURN_IF_ERROR(res.Device(&dl[s], l_bytes));
-    RETURN_IF_ERROR(res.Event(&copied[s], false));
-    RETURN_IF_ERROR(res.Event(&consumed[s], false));
-  }
   // scalars: [loss, stop vote], all-reduced after the gradients.
   float* d_scalars = nullptr;
   float* h_scalars = nullptr;
-  RETURN_IF_ERROR(res.Device(&d_scalars, 2 * sizeof(float)));
-  RETURN_IF_ERROR(res.Pinned(&h_scalars, 2 * sizeof(float)));
+  absl::Status allocated = [&]() -> absl::Status {
+    for (BatchSlot& slot : host_slots) {
+      RETURN_IF_ERROR(res.Pinned(&slot.x, x_bytes * micro));
+      RETURN_IF_ERROR(res.Pinned(&slot.labels, l_bytes * micro));
+    }
+    for (int s = 0; s < 2; ++s) {
+      RETURN_IF_ERROR(res.Device(&dx[s], x_bytes));
+      RETURN_IF_ERROR(res.Device(&dl[s], l_bytes));
+      RETURN_IF_ERROR(res.Event(&copied[s], false));
+      RETURN_IF_ERROR(res.Event(&consumed[s], false));
+    }
+    RETURN_IF_ERROR(res.Device(&d_scalars, 2 * sizeof(float)));
+    return res.Pinned(&h_scalars, 2 * sizeof(float));
+  }();
+  RETURN_IF_ERROR(AgreeAllOk(
+      nccl.get(), allocated,
+      "to allocate its input slots (pinned host and GPU memory)",
+      "lower train.batch_per_rank or train.global_batch, or free memory on "
+      "that node"));
 
   cudaEvent_t ev_copy_start, ev_copy_done, ev_start, ev_bwd_done, ev_ar_start,
       ev_ar_done, ev_step_done, ev_scalars;
@@ -439,9 +464,9 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
       if (m == 0) XL_CUDA_CHECK(cudaEventRecord(ev_copy_start, res.copy));
       XL_CUDA_CHECK(cudaMemcpyAsync(dx[s], in.x + m * x_micro, x_bytes,
                                     cudaMemcpyHostToDevice, res.copy));
-      XL_CUDA_CHECK(cudaMemcpyAsync(dl[s], in.labels + m * size_t{batch},
-                                    l_bytes, cudaMemcpyHostToDevice,
-                                    res.copy));
+      XL_CUDA_CHECK(cudaMemcpyAsync(dl[s],
+                                    in.labels + m * static_cast<size_t>(batch),
+                                    l_bytes, cudaMemcpyHostToDevice, res.copy));
       XL_CUDA_CHECK(cudaEventRecord(copied[s], res.copy));
       // The first copy is what the step waits for (data time); the others
       // overlap compute.
@@ -474,8 +499,7 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
       // Only the last micro-batch's layers start their buckets' all-reduce.
       RETURN_IF_ERROR(model->ForwardBackward(
           dx[s], dl[s], batch,
-          m + 1 == micro ? std::function<absl::Status(int)>(on_layer)
-                         : nullptr,
+          m + 1 == micro ? std::function<absl::Status(int)>(on_layer) : nullptr,
           CudaMlp::MicroBatch{m, micro}));
       XL_CUDA_CHECK(cudaEventRecord(consumed[s], res.compute));
     }

@@ -113,13 +113,10 @@ absl::Status CudaAdamWStepForTest(const TrainConfig& config,
 // One step's ForwardBackward of CudaMlp with the given params over `batch`
 // samples, as `micro_batches` accumulated micro-batches of batch /
 // micro_batches (which must divide): mean loss, grads.
-absl::Status CudaForwardBackwardForTest(const TrainConfig& config,
-                                        const std::vector<float>& params,
-                                        const std::vector<float>& x,
-                                        const std::vector<int32_t>& labels,
-                                        int batch, float* loss,
-                                        std::vector<float>* grads,
-                                        int micro_batches = 1);
+absl::Status CudaForwardBackwardForTest(
+    const TrainConfig& config, const std::vector<float>& params,
+    const std::vector<float>& x, const std::vector<int32_t>& labels, int batch,
+    float* loss, std::vector<float>* grads, int micro_batches = 1);
 // Rank `rank` of `world` on `device`: NcclCollective over `rendezvous`
 // (key `key`), data copied to the device, AllReduceMean, copied back.
 absl::Status CudaAllReduceForTest(int device, int rank, int world,

@@ -91,8 +91,8 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
     if (opts_.max_grows > 0 && g.min_nodes > 0 && g.request != nullptr &&
         static_cast<int32_t>(g.nodes.size()) < g.request->nodes() &&
         g.ran < opts_.elastic_grow_after) {
-      next_eligible_mono_ =
-          std::min(next_eligible_mono_, now + (opts_.elastic_grow_after - g.ran));
+      next_eligible_mono_ = std::min(next_eligible_mono_,
+                                     now + (opts_.elastic_grow_after - g.ran));
     }
   }
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;

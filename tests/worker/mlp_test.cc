@@ -180,7 +180,8 @@ TEST(AdamW, IsBitwiseTheScalarFloatFormula) {
   const size_t n = mask.size();
   std::vector<float> p(n), g(n);
   for (size_t i = 0; i < n; ++i) {
-    p[i] = std::ldexp(static_cast<float>(i % 13) - 6.0f, -static_cast<int>(i % 9));
+    p[i] =
+        std::ldexp(static_cast<float>(i % 13) - 6.0f, -static_cast<int>(i % 9));
   }
   std::vector<float> rp = p, rm(n, 0.0f), rv(n, 0.0f);
   for (int t = 1; t <= 3; ++t) {

@@ -253,12 +253,10 @@ void CompareAccumulation(v1::Precision p, double tol, double grad_scale) {
   float whole_loss = 0, micro_loss = 0;
   std::vector<float> whole, micro;
   ASSERT_TRUE(CudaForwardBackwardForTest(c.config, c.cpu.params(), c.x,
-                                         c.labels, c.batch, &whole_loss,
-                                         &whole)
+                                         c.labels, c.batch, &whole_loss, &whole)
                   .ok());
-  absl::Status st =
-      CudaForwardBackwardForTest(c.config, c.cpu.params(), c.x, c.labels,
-                                 c.batch, &micro_loss, &micro, 3);
+  absl::Status st = CudaForwardBackwardForTest(
+      c.config, c.cpu.params(), c.x, c.labels, c.batch, &micro_loss, &micro, 3);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_NEAR(micro_loss, whole_loss, tol * std::fabs(whole_loss));
   for (float& g : whole) g /= grad_scale;
