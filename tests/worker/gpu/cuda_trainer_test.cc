@@ -194,14 +194,18 @@ TEST(CudaTrainer, StopFlagCheckpointsAndCancels) {
 
 // N ranks of batch b on N GPUs equal one rank of batch N*b (train_config.h's
 // data numbering, the mean all-reduce), checked against the CPU loop.
-TEST(CudaTrainer, DataParallelOnAllGpusEqualsGlobalBatch) {
-  XL_SKIP_WITHOUT_GPU();
+// Every GPU a rank, `micro` micro-batches per step each: the same final
+// parameters on every rank, and those of one CPU rank running the whole
+// global batch at once. With micro > 1 the buckets' all-reduces run in the
+// last micro-batch's backward only.
+void ExpectDataParallelEqualsGlobalBatch(int micro) {
   const int world = CudaDeviceCount();
   if (world < 2)
     GTEST_SKIP() << "needs 2 or more GPUs; " << world << " visible";
   TrainConfig config = SmallConfig();
-  TrainConfig global = config;
-  global.batch_per_rank = config.batch_per_rank * world;
+  if (micro > 1) config.global_batch = config.batch_per_rank * world * micro;
+  TrainConfig global = SmallConfig();
+  global.batch_per_rank = config.batch_per_rank * world * micro;
   std::vector<float> want = CpuFinalParams(global);
   InMemoryRendezvous rdv;
   std::vector<std::vector<float>> got(world);
@@ -222,6 +226,16 @@ TEST(CudaTrainer, DataParallelOnAllGpusEqualsGlobalBatch) {
   for (int r = 0; r < world; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
   for (int r = 1; r < world; ++r) EXPECT_EQ(got[r], got[0]);
   EXPECT_LE(ScaledMaxError(got[0], want), 1e-4);
+}
+
+TEST(CudaTrainer, DataParallelOnAllGpusEqualsGlobalBatch) {
+  XL_SKIP_WITHOUT_GPU();
+  ExpectDataParallelEqualsGlobalBatch(1);
+}
+
+TEST(CudaTrainer, DataParallelWithAccumulationEqualsGlobalBatch) {
+  XL_SKIP_WITHOUT_GPU();
+  ExpectDataParallelEqualsGlobalBatch(3);
 }
 
 // Width 8192, bf16, one GPU: prints samples/s and MFU (the benchmark
