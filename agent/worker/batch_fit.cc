@@ -69,8 +69,8 @@ int MaxBatchPerRank(const TrainConfig& config, bool cpu, double budget_bytes,
 
 int PinnedStepBatchCap(const TrainConfig& c, int slots) {
   const double per_sample = slots * (4.0 * c.input_dim + 4);
-  return static_cast<int>(
-      std::min(double{kMaxBatch}, 0.25 * HostMemoryPerRank() / per_sample));
+  return static_cast<int>(std::clamp(0.25 * HostMemoryPerRank() / per_sample,
+                                     1.0, double{kMaxBatch}));
 }
 
 absl::Status FitBatch(TrainConfig* c, int world, bool cpu, double budget_bytes,

@@ -48,7 +48,7 @@ absl::Status FitBatch(TrainConfig* config, int world, bool cpu,
                       int max_step_batch = 1 << 20);
 
 // Samples per step whose `slots` pinned host copies of the inputs take at
-// most a quarter of HostMemoryPerRank() (at most 1 << 20).
+// most a quarter of HostMemoryPerRank() (at least 1, at most 1 << 20).
 int PinnedStepBatchCap(const TrainConfig& config, int slots);
 
 // FitBatch for a run that resumes from a checkpoint trained with batch per

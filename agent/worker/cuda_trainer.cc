@@ -219,17 +219,23 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   TrainState loaded;
   std::string loaded_path;
   bool have_checkpoint = false;
+  absl::Status read = absl::OkStatus();
   if (rank == 0 && !checkpoint_dir.empty()) {
-    ASSIGN_OR_RETURN(LoadedCheckpoint r,
-                     LoadNewestCheckpoint(checkpoint_dir,
-                                          ConfigFingerprint(config),
-                                          config.ParamCount()));
-    if (r.state.has_value()) {
-      loaded = *std::move(r.state);
-      loaded_path = r.path;
+    absl::StatusOr<LoadedCheckpoint> r = LoadNewestCheckpoint(
+        checkpoint_dir, ConfigFingerprint(config), config.ParamCount());
+    if (!r.ok()) {
+      read = r.status();
+    } else if (r->state.has_value()) {
+      loaded = *std::move(r->state);
+      loaded_path = r->path;
       have_checkpoint = true;
     }
   }
+  // The first collective of every run, before any large allocation: NCCL
+  // sets up its connections and staging buffer while the GPU has room, so
+  // the later agreements need no new memory on a rank that ran out.
+  RETURN_IF_ERROR(AgreeAllOk(nccl.get(), read, "to read the newest checkpoint",
+                             "fix or move away the checkpoint it names"));
 
   // batch_per_rank auto / global_batch: rank 0 fits the batch to its free
   // memory and every rank takes that choice (a batch per rank that differs
@@ -261,9 +267,11 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     // checkpoint) is only checked below.
     if (rank == 0 && !fit.ok()) return fit;
     if (wire[0] != 1.0f) {
-      return absl::FailedPreconditionError(
-          "rank 0 could not fit train.batch_per_rank: auto (its error says "
-          "why)");
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank 0 could not fit ",
+          config.batch_auto ? "train.batch_per_rank: auto"
+                            : "train.batch_per_rank with train.global_batch",
+          " (its error says why)"));
     }
     config.batch_per_rank = static_cast<int>(wire[1]);
     config.accumulation_steps = static_cast<int>(wire[2]);
@@ -542,6 +550,9 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     const bool stopping = h_scalars[1] > 0;
     last_loss = loss;
 
+    // Data: the wait for the producer and the first micro-batch's copy. A
+    // later micro-batch's copy overlaps compute; where it is slower than
+    // the compute it hides behind, the wait counts as compute.
     interval.AddStep(
         Seconds(t0, t1) + ElapsedSeconds(ev_copy_start, ev_copy_done),
         ElapsedSeconds(ev_start, ev_bwd_done) +

@@ -86,8 +86,12 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   if (grow) snapshot->max_grows = opts_.max_grows;
   // An elastic job short of nodes but too young to grow: a full pass when it
   // is old enough, so that the nodes free now are offered to it then rather
-  // than at the next periodic pass.
+  // than at the next periodic pass. Only while nothing is pending: a queue
+  // has periodic passes anyway (and a job that outranks it takes free nodes
+  // first), and a busy fleet starting many elastic jobs must not add a full
+  // pass for each.
   for (const scheduler::RunningGang& g : snapshot->running) {
+    if (!jobs_.pending().empty()) break;
     if (opts_.max_grows > 0 && g.min_nodes > 0 && g.request != nullptr &&
         static_cast<int32_t>(g.nodes.size()) < g.request->nodes() &&
         g.ran < opts_.elastic_grow_after) {
