@@ -120,12 +120,18 @@ absl::Status RunTraining(const TrainConfig& given, const RankInfo& info,
   int64_t start = 0;
   int resumed_batch = 0;
   {
-    float header[4] = {0, 0, 0, 0};  // found, batch, step (2 slots)
+    // found (1; -1: rank 0 could not read the directory), batch, step (2
+    // slots). Rank 0 broadcasts even a failure, so that its peers end now
+    // rather than at the collective timeout.
+    float header[4] = {0, 0, 0, 0};
     TrainState loaded;
+    absl::Status read = absl::OkStatus();
     if (rank == 0 && !checkpoint_dir.empty()) {
       auto r = LoadNewestCheckpoint(checkpoint_dir, fingerprint, count);
-      if (!r.ok()) return r.status();
-      if (r->state.has_value()) {
+      if (!r.ok()) {
+        read = r.status();
+        header[0] = -1;
+      } else if (r->state.has_value()) {
         loaded = *std::move(r->state);
         header[0] = 1;
         header[1] = static_cast<float>(loaded.batch_per_rank);  // < 2^24
@@ -135,7 +141,13 @@ absl::Status RunTraining(const TrainConfig& given, const RankInfo& info,
       }
     }
     if (absl::Status st = collective->Broadcast(header, 4, 0); !st.ok()) {
-      return st;
+      return read.ok() ? st : read;
+    }
+    if (!read.ok()) return read;
+    if (header[0] < 0) {
+      return absl::FailedPreconditionError(
+          "rank 0 could not read the checkpoint directory (its error says "
+          "why); fix checkpoint_dir or its mount");
     }
     if (header[0] == 1) {
       start = UnpackInt64(&header[2]);

@@ -336,6 +336,27 @@ class StopAtSink : public MetricsSink {
   int64_t at_;
 };
 
+// Rank 0 cannot read the checkpoint directory (here it is a file): it says
+// why, and its peers end at once naming it instead of at the collective
+// timeout (20 s in these tests).
+TEST(Trainer, AnUnreadableCheckpointDirEndsEveryRankAtOnce) {
+  TrainConfig c = Tiny();
+  TempDir dir;
+  const std::string not_a_dir = dir.path() + "/file";
+  { std::ofstream(not_a_dir) << "x"; }
+  const absl::Time t0 = absl::Now();
+  auto res = Train(c, 2, not_a_dir);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  ASSERT_EQ(res.status.size(), 2u);
+  EXPECT_NE(res.status[0].message().find("opendir"), std::string::npos)
+      << res.status[0];
+  EXPECT_EQ(res.status[1].code(), absl::StatusCode::kFailedPrecondition)
+      << res.status[1];
+  EXPECT_NE(res.status[1].message().find("rank 0 could not read"),
+            std::string::npos)
+      << res.status[1];
+}
+
 TEST(Trainer, StopFinishesTheStepCheckpointsAndResumes) {
   TrainConfig c = Tiny();
   TempDir dir;
