@@ -158,7 +158,7 @@ class Training(unittest.TestCase):
     def test_elastic_job_grows_when_a_node_joins_and_resumes(self):
         c = Cluster(agents=1, gpus=0, scheduler_args=["--elastic-grow-after", "2s"])
         self.addCleanup(c.close)
-        steps = 3000  # about 10 ms a step: it runs long enough to grow
+        steps = 3000  # about 3 ms a step alone: ~9 s, long enough to grow at 2 s
         job_id = c.submit_file(train_job(steps=steps, nodes="{min: 1, max: 2}", ranks=1,
                                          hidden=1024, every=100, name="elastic"))
         job = wait_until("step >= 200", lambda: (lambda j: j if int(j.get("metrics", {}).get("step", 0)) >= 200 else None)(c.job(job_id)), 180)
