@@ -35,6 +35,15 @@ double Need(const TrainConfig& c, bool cpu, int b, int k) {
   return total;
 }
 
+// XL_MEMORY_BYTES_PER_NODE (the job's resources.memory_bytes_per_node, set
+// by the scheduler); 0 when unset or not a number.
+uint64_t MemoryBytesPerNodeFromEnv() {
+  uint64_t node = 0;
+  const char* s = std::getenv("XL_MEMORY_BYTES_PER_NODE");
+  if (s == nullptr || !absl::SimpleAtoi(s, &node)) return 0;
+  return node;
+}
+
 std::string GiB(double bytes) {
   return absl::StrFormat("%.2f GiB", bytes / (1ull << 30));
 }
@@ -240,9 +249,8 @@ absl::Status FitBatchForRun(TrainConfig* c, int world, bool cpu,
 }
 
 double HostMemoryPerRank() {
-  uint64_t node = 0;
-  const char* s = std::getenv("XL_MEMORY_BYTES_PER_NODE");
-  if (s == nullptr || !absl::SimpleAtoi(s, &node) || node == 0) {
+  uint64_t node = MemoryBytesPerNodeFromEnv();
+  if (node == 0) {
     node = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
            static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
   }
@@ -250,9 +258,8 @@ double HostMemoryPerRank() {
 }
 
 absl::StatusOr<double> CpuRankBudgetFromEnv() {
-  const char* s = std::getenv("XL_MEMORY_BYTES_PER_NODE");
-  uint64_t node = 0;
-  if (s == nullptr || !absl::SimpleAtoi(s, &node) || node == 0) {
+  const uint64_t node = MemoryBytesPerNodeFromEnv();
+  if (node == 0) {
     return absl::FailedPreconditionError(
         "train.batch_per_rank: auto on CPU sizes the batch from the job's "
         "memory, and this job has none: set resources.memory_bytes_per_node "

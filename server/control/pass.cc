@@ -90,13 +90,14 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   // has periodic passes anyway (and a job that outranks it takes free nodes
   // first), and a busy fleet starting many elastic jobs must not add a full
   // pass for each.
-  for (const scheduler::RunningGang& g : snapshot->running) {
-    if (!jobs_.pending().empty()) break;
-    if (opts_.max_grows > 0 && g.min_nodes > 0 && g.request != nullptr &&
-        static_cast<int32_t>(g.nodes.size()) < g.request->nodes() &&
-        g.ran < opts_.elastic_grow_after) {
-      next_eligible_mono_ = std::min(next_eligible_mono_,
-                                     now + (opts_.elastic_grow_after - g.ran));
+  if (grow && jobs_.pending().empty()) {
+    for (const scheduler::RunningGang& g : snapshot->running) {
+      if (g.min_nodes > 0 && g.request != nullptr &&
+          static_cast<int32_t>(g.nodes.size()) < g.request->nodes() &&
+          g.ran < opts_.elastic_grow_after) {
+        next_eligible_mono_ = std::min(
+            next_eligible_mono_, now + (opts_.elastic_grow_after - g.ran));
+      }
     }
   }
   for (const auto& req : *queue) ++snapshot->queues[req.queue].pending_jobs;
