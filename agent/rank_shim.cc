@@ -185,8 +185,9 @@ std::string EncodeStatus(const Status& s) {
   return absl::StrCat("phase ", PhaseName(s.phase), "\npid ", s.pid,
                       "\nnode_fault ", s.node_fault ? 1 : 0, "\nwait_status ",
                       s.wait_status, "\nstdout ", s.stdout_bytes, "\nstderr ",
-                      s.stderr_bytes, "\nlease_stop ", s.lease_stop ? 1 : 0,
-                      "\nmessage ", message, "\n");
+                      s.stderr_bytes, "\nstdout_dropped ", s.stdout_dropped,
+                      "\nstderr_dropped ", s.stderr_dropped, "\nlease_stop ",
+                      s.lease_stop ? 1 : 0, "\nmessage ", message, "\n");
 }
 
 bool DecodeStatus(absl::string_view data, Status* s) {
@@ -212,6 +213,8 @@ bool DecodeStatus(absl::string_view data, Status* s) {
   s->wait_status = static_cast<int>(Int(lines, "wait_status"));
   s->stdout_bytes = Int(lines, "stdout");
   s->stderr_bytes = Int(lines, "stderr");
+  s->stdout_dropped = Int(lines, "stdout_dropped");
+  s->stderr_dropped = Int(lines, "stderr_dropped");
   s->lease_stop = Int(lines, "lease_stop") != 0;
   auto message = lines.find("message");
   if (message != lines.end() &&

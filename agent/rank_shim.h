@@ -105,6 +105,9 @@ struct Status {
   // The spool's size when the rank's leader exited.
   int64_t stdout_bytes = 0;
   int64_t stderr_bytes = 0;
+  // Output the shim could not spool (a full disk): lost, and said so.
+  int64_t stdout_dropped = 0;
+  int64_t stderr_dropped = 0;
   // The shim stopped the rank: the agent's lease ran out.
   bool lease_stop = false;
   std::string message;  // kFailed: what to fix

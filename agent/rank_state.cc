@@ -246,6 +246,24 @@ void Supervisor::Poll(Process& process) {
   for (Output* output : {&process.out, &process.err, &process.metrics}) {
     ReadOutput(process, *output);
   }
+  if (have) {
+    // Output the shim could not spool is said where it would have been.
+    for (auto [output, dropped] : {std::pair{&process.out, st.stdout_dropped},
+                                   {&process.err, st.stderr_dropped}}) {
+      if (dropped <= output->dropped_said) continue;
+      EmitNote(process, *output,
+               absl::StrCat("[xl-rank-shim: ", dropped - output->dropped_said,
+                            " bytes of this rank's ", output->name,
+                            " were lost: the node could not write its "
+                            "spool (disk full?)]\n"));
+      LogLine(absl::StrCat("job ", job_id, " attempt ", attempt, " rank ",
+                           rank, ": ", dropped - output->dropped_said,
+                           " bytes of ", output->name,
+                           " lost: the shim could not write ", process.dir,
+                           "/", output->name));
+      output->dropped_said = dropped;
+    }
+  }
   // The group is gone when the shim says so (it pumped the last output
   // first), or, without a shim, when the kernel does.
   auto group_gone = [&] {
@@ -287,9 +305,24 @@ void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
   if (output.closed) return;
   if (output.fd < 0) {
     // Read-write: what the scheduler stored is punched out (PersistAcked).
-    output.fd = ::open((process.dir + "/" + output.name).c_str(),
-                       O_RDWR | O_CLOEXEC);
-    if (output.fd < 0) return;  // Not made yet.
+    const std::string path = process.dir + "/" + output.name;
+    output.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (output.fd < 0) {
+      // Not made yet, unless the rank's output is wanted whole now (the
+      // shim makes the spools before it starts the rank).
+      const int err = errno;
+      if ((err != ENOENT || all) && !output.unreadable_said &&
+          &output != &process.metrics) {
+        output.unreadable_said = true;
+        LogLine(absl::StrCat("cannot read ", path, ": ", ErrnoString(err),
+                             "; the rank's ", output.name, " is not shipped"));
+        EmitNote(process, output,
+                 absl::StrCat("[xl-agent: cannot read this rank's ",
+                              output.name, " spool ", path, ": ",
+                              ErrnoString(err), "]\n"));
+      }
+      return;
+    }
   }
   char buf[64 * 1024];
   // Bounded so one chatty rank cannot starve the others, unless all of it
@@ -385,6 +418,18 @@ void Supervisor::EmitChunk(Process& process, Output& output,
   chunk.set_rank(std::get<2>(process.key));
   chunk.set_stream(output.stream);
   chunk.set_data(std::move(data));
+  *chunk.mutable_time() = ToProtoTime(options_.clock->Now());
+  sink_->OnLogChunk(std::move(chunk));
+}
+
+void Supervisor::EmitNote(Process& process, Output& output,
+                          const std::string& text) {
+  v1::LogChunk chunk;
+  chunk.set_job_id(std::get<0>(process.key));
+  chunk.set_attempt(std::get<1>(process.key));
+  chunk.set_rank(std::get<2>(process.key));
+  chunk.set_stream(output.stream);
+  chunk.set_data(text);
   *chunk.mutable_time() = ToProtoTime(options_.clock->Now());
   sink_->OnLogChunk(std::move(chunk));
 }

@@ -390,6 +390,17 @@ class Shim {
     }
   }
 
+  // Output lost to a full disk is said in the status (the agent shows it
+  // in the rank's log): written again at once when the count grew.
+  void NoteDropped(Status& s) {
+    if (out_.dropped == s.stdout_dropped && err_.dropped == s.stderr_dropped) {
+      return;
+    }
+    s.stdout_dropped = out_.dropped;
+    s.stderr_dropped = err_.dropped;
+    WriteStatus(s);
+  }
+
   bool GroupAlive() const { return ::kill(-pid_, 0) == 0 || errno == EPERM; }
 
   int Supervise() {
@@ -422,6 +433,7 @@ class Shim {
       for (int i = 0; i < np; ++i) {
         if (fds[i + 1].revents != 0) Pump(*polled[i]);
       }
+      NoteDropped(s);
       signalfd_siginfo info;
       while (::read(sigfd, &info, sizeof(info)) > 0) {
       }
@@ -434,6 +446,8 @@ class Shim {
         leader_alive = false;
         // Output written before the exit goes before its status.
         for (Spool* sp : spools) Pump(*sp);
+        s.stdout_dropped = out_.dropped;
+        s.stderr_dropped = err_.dropped;
         s.phase = Status::kExited;
         s.wait_status = st;
         s.stdout_bytes = out_.size;
@@ -463,6 +477,8 @@ class Shim {
       if (status_unwritten_) WriteStatus(s);  // A full disk: again.
       if (!leader_alive && !GroupAlive()) {
         for (Spool* sp : spools) Pump(*sp);  // Leftovers' last words.
+        s.stdout_dropped = out_.dropped;
+        s.stderr_dropped = err_.dropped;
         s.phase = Status::kDone;
         // The agent learns of the end from it; a while to find space.
         for (int i = 0; i < 600 && !WriteStatus(s); ++i) {

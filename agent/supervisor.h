@@ -258,6 +258,9 @@ class Supervisor : public RankController {
   void EmitChunk(Process& process, Output& output, std::string data,
                  bool remember = true);
   void EmitMetrics(const Process& process, const std::string& line);
+  // Sends `text` in the rank's log as a line of xl's own (no spool offset:
+  // what the rank wrote is not moved).
+  void EmitNote(Process& process, Output& output, const std::string& text);
   void FlushPartial(Process& process, Output& output);
   void CloseOutput(Process& process, Output& output);
   void Reap();

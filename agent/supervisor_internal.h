@@ -42,6 +42,10 @@ struct Supervisor::Output {
   std::deque<int64_t> replay;
   int chunks_fd = -1;  // where chunk ends are remembered
   int64_t punched = 0;  // the spool's bytes given back to the disk
+  // Losses already said in the rank's log: bytes the shim could not spool,
+  // and a spool the agent could not open.
+  int64_t dropped_said = 0;
+  bool unreadable_said = false;
 };
 
 // One started rank. pgid == pid: the leader is the process the shim

@@ -42,7 +42,7 @@ STATUS=0
 wait "$WATCH" 2>/dev/null || true
 echo
 echo "== logs (xlctl logs $JOB)"
-"$XLCTL" logs "$JOB"
+"$XLCTL" logs "$JOB" | tee "$RUN/ddp.log"
 echo
 echo "== the job (xlctl get $JOB)"
 "$XLCTL" get "$JOB"
@@ -50,6 +50,16 @@ echo
 if [ "$STATUS" -ne 0 ]; then
   echo "quickstart: job $JOB did not succeed (xlctl wait exited $STATUS)" >&2
   exit "$STATUS"
+fi
+# What the quick start promises to show: rank 0's last line says every rank
+# ended with the same weights. Missing, the run proves nothing; say so.
+if ! grep -q "weights identical across ranks" "$RUN/ddp.log"; then
+  echo "quickstart: job $JOB SUCCEEDED but 'xlctl logs $JOB' lacks rank 0's" \
+       "'weights identical across ranks' line (got $(wc -l < "$RUN/ddp.log") lines);" \
+       "the scheduler's log is $RUN/scheduler.log (kept)" >&2
+  trap - EXIT
+  kill "$SCHED" 2>/dev/null || true; wait "$SCHED" 2>/dev/null || true
+  exit 1
 fi
 echo "quickstart: job $JOB SUCCEEDED"
 

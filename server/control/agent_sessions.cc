@@ -134,13 +134,22 @@ absl::StatusOr<std::string> Controller::AgentRegister(
 }
 
 void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
-  // Exits the node reported before count before what it reports now.
-  SettleExitsFrom(node->name);
-  std::map<std::tuple<int64_t, int32_t, int32_t>, const v1::RankStatus*>
-      reported;
+  // Exits the node reported before wait on for their output as they were:
+  // it sends what was not acknowledged again after this Register, and the
+  // exits it reports now queue behind them. They count as reported.
+  std::set<std::tuple<int64_t, int32_t, int32_t>> reported;
   for (const auto& st : reg.ranks()) {
-    reported[{state::JobTable::ParseId(st.job_id()), st.attempt(), st.rank()}] =
-        &st;
+    reported.insert(
+        {state::JobTable::ParseId(st.job_id()), st.attempt(), st.rank()});
+  }
+  for (int64_t id : parked_jobs_) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr) continue;
+    for (const auto& p : rec->parked_exits) {
+      if (p.node == node->name) {
+        reported.insert({id, p.status.attempt(), p.status.rank()});
+      }
+    }
   }
   node->foreign_ranks.clear();
   // Ranks the node holds that the agent does not know of: gone.
@@ -226,7 +235,8 @@ bool Controller::OutputBehind(const JobRecord& rec,
          stored(v1::STDERR) < st.stderr_bytes();
 }
 
-void Controller::SettleExits(int64_t job_id, bool now) {
+void Controller::SettleExits(int64_t job_id, bool now,
+                             const std::string& lost_node) {
   const absl::Time mono_now = clock_->MonotonicNow();
   while (true) {
     JobRecord* rec = jobs_.Find(job_id);
@@ -238,16 +248,30 @@ void Controller::SettleExits(int64_t job_id, bool now) {
     const bool current = rec->job.attempt() == p.status.attempt() &&
                          state::JobTable::IsActive(rec->job.state()) &&
                          !rec->stopping;
+    // A lost node's output never comes: its exits, and those that came
+    // before them, are acted on now; exits after its last one wait on.
+    const bool lost_ahead =
+        !lost_node.empty() &&
+        std::any_of(rec->parked_exits.begin(), rec->parked_exits.end(),
+                    [&](const JobRecord::ParkedExit& e) {
+                      return e.node == lost_node;
+                    });
     const bool behind = current && OutputBehind(*rec, p.status);
-    if (behind && !now && mono_now < p.until) return;
+    const bool waited = mono_now >= p.until;
+    if (behind && !now && !lost_ahead && !waited) return;
     JobRecord::ParkedExit ready = std::move(rec->parked_exits.front());
     rec->parked_exits.pop_front();
-    if (behind && !now) {
-      Log(absl::StrCat("job ", ready.status.job_id(), " attempt ",
-                       ready.status.attempt(), " rank ", ready.status.rank(),
-                       ": acting on its exit without all of its output (",
-                       "waited ", absl::FormatDuration(opts_.log_settle),
-                       " for it)"));
+    if (behind) {
+      Log(absl::StrCat(
+          "job ", ready.status.job_id(), " attempt ", ready.status.attempt(),
+          " rank ", ready.status.rank(),
+          ": acting on its exit without all of its output (",
+          now          ? std::string("the job is being ended")
+          : lost_ahead ? absl::StrCat("node ", lost_node, " was lost")
+                       : absl::StrCat("waited ",
+                                      absl::FormatDuration(opts_.log_settle),
+                                      " for it"),
+          ")"));
     }
     // The node may have gone meanwhile: its loss settled the attempt.
     if (NodeRecord* node = nodes_.Find(ready.node)) {
@@ -256,7 +280,7 @@ void Controller::SettleExits(int64_t job_id, bool now) {
   }
 }
 
-void Controller::SettleExitsFrom(const std::string& node) {
+void Controller::SettleExitsOfLostNode(const std::string& node) {
   std::vector<int64_t> from;
   for (int64_t id : parked_jobs_) {
     const JobRecord* rec = jobs_.Find(id);
@@ -268,7 +292,7 @@ void Controller::SettleExitsFrom(const std::string& node) {
       }
     }
   }
-  for (int64_t id : from) SettleExits(id, /*now=*/true);
+  for (int64_t id : from) SettleExits(id, /*now=*/false, node);
 }
 
 void Controller::CheckParkedExits() {
@@ -509,7 +533,7 @@ void Controller::ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
 
 void Controller::NodeLost(NodeRecord* node, const std::string& why) {
   // Exits the node reported count before its loss does.
-  SettleExitsFrom(node->name);
+  SettleExitsOfLostNode(node->name);
   node->lost = true;
   node->lost_reason = why;
   Log(absl::StrCat("node ", node->name, " lost: ", why));

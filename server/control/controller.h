@@ -393,12 +393,15 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acts on the job's parked exits in arrival order while the first one's
   // output is stored, its wait is over, its attempt is no longer current,
-  // or `now` (the job is about to be decided otherwise: its time limit,
-  // a lost node, a reconnect): what the ranks did counts first.
-  void SettleExits(int64_t job_id, bool now = false)
+  // an exit of `lost_node` is still parked (its output never comes), or
+  // `now` (the job is about to be decided otherwise: its time limit): what
+  // the ranks did counts first. An exit acted on without its output is
+  // logged.
+  void SettleExits(int64_t job_id, bool now = false,
+                   const std::string& lost_node = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SettleExits(now) for every job with an exit parked from `node`.
-  void SettleExitsFrom(const std::string& node)
+  // SettleExits for every job with an exit parked from `node`, lost.
+  void SettleExitsOfLostNode(const std::string& node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parked exits past their wait are acted on (Tick).
   void CheckParkedExits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

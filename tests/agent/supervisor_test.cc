@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -252,6 +253,43 @@ TEST_F(SupervisorTest, ReportsTheSignalThatEndedARank) {
   EXPECT_EQ(end.signal(), SIGUSR1);
   EXPECT_EQ(end.exit_code(), 128 + SIGUSR1);
   EXPECT_THAT(end.message(), HasSubstr("signal"));
+}
+
+// Output the shim could not spool (the node's disk was full) is said in the
+// rank's log where it would have been, and the agent logs it: `xlctl logs`
+// never shows a gap, or nothing, without a word.
+TEST_F(SupervisorTest, OutputLostToAFullDiskIsSaidInTheLog) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounts a small tmpfs: needs root";
+  TempDir mnt;
+  ASSERT_EQ(::mount("tmpfs", mnt.path().c_str(), "tmpfs", 0, "size=2m"), 0)
+      << strerror(errno);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt.path()};
+  RecordingSink sink;
+  SupervisorOptions options = AgentUserOptions();
+  options.work_dir = mnt.path() + "/work";
+  options.scratch_dir = dir_.path() + "/scratch";
+  supervisor_.reset();  // one per process
+  auto supervisor = std::make_unique<Supervisor>(options, &sink);
+  const absl::Status started = supervisor->Start();
+  ASSERT_TRUE(started.ok()) << started;
+  // The rank fills the disk, writes 64 KiB that cannot be spooled, frees
+  // the disk and says one more line.
+  const std::string fill = mnt.path() + "/fill";
+  supervisor->StartRanks(Shell(
+      "full", absl::StrCat("echo before; dd if=/dev/zero of=", fill,
+                           " bs=4k 2>/dev/null; head -c 65536 /dev/zero | "
+                           "tr '\\0' x; echo; rm ",
+                           fill, "; echo after")));
+  v1::RankStatus end = sink.WaitEnd("full", 1, 0);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  ASSERT_TRUE(sink.WaitOutput("full", 0, "after\n"));
+  const std::string out = sink.Output("full", 0, v1::STDOUT);
+  EXPECT_EQ(out.rfind("before\n", 0), 0u) << out.substr(0, 200);
+  EXPECT_THAT(out, HasSubstr("bytes of this rank's stdout were lost"));
+  supervisor.reset();
 }
 
 TEST_F(SupervisorTest, CapturesStdoutAndStderrInOrderBeforeTheExit) {

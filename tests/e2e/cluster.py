@@ -5,6 +5,7 @@ closed; every wait is bounded."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -213,3 +214,57 @@ class Cluster:
         with open(path, "w") as f:
             f.write(text)
         return self.xlctl("submit", path).stdout.strip()
+
+
+class DevCluster:
+    """`xl-scheduler --dev --agents N` in `dir` (a new temporary directory
+    when None), as deploy/quickstart.sh starts it: TLS, an admin token, and
+    `env` holding what its --dev-env file says (XL_SERVER, XL_TLS_CA,
+    XL_TOKEN) for xlctl. `close()` stops it and removes a directory it made."""
+
+    def __init__(self, agents=2, args=(), dir=None, cwd=None):
+        self.own_dir = dir is None
+        self.tmp = dir or tempfile.mkdtemp(prefix="xl-dev-e2e-")
+        self.cwd = cwd or self.tmp
+        self.log = open(os.path.join(self.tmp, "scheduler.log"), "wb")
+        port = os.path.join(self.tmp, "port")
+        env_file = os.path.join(self.tmp, "xlctl.env")
+        self.proc = subprocess.Popen(
+            [SCHEDULER, "--dev", "--agents", str(agents), "--listen", "127.0.0.1:0",
+             "--port-file", port, "--dev-env", env_file, *args],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_until("the dev cluster's xlctl.env", lambda: os.path.exists(env_file), 60)
+        self.env = dict(os.environ)
+        with open(env_file) as f:
+            for line in f:
+                m = re.match(r"(?:export\s+)?(XL_[A-Z_]+)=(.*)", line.strip())
+                if m:
+                    self.env[m.group(1)] = m.group(2).strip("'\"")
+
+    def xlctl(self, *args, timeout=600):
+        return subprocess.run([XLCTL, *args], capture_output=True, text=True, env=self.env,
+                              cwd=self.cwd, timeout=timeout)
+
+    def wait_ready(self, count):
+        wait_until(f"{count} READY nodes",
+                   lambda: self.xlctl("nodes", "-o", "json").stdout.count('"READY"') >= count, 60)
+
+    def read_log(self):
+        self.log.flush()
+        with open(os.path.join(self.tmp, "scheduler.log"), errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def close(self):
+        self.stop()
+        self.log.close()
+        if self.own_dir:
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BUILD, SCHEDULER, XLCTL, inventory_yaml, wait_until  # noqa: E402
+from cluster import BUILD, XLCTL, DevCluster, inventory_yaml, wait_until  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DASHBOARD = os.path.join(HERE, "dashboard")
@@ -52,40 +51,17 @@ class Dashboard(unittest.TestCase):
             with open(path, "w") as f:
                 f.write(inventory_yaml(f"dash-{i}", gpus=2, scratch=os.path.join(self.tmp, "scratch")))
             invs += ["--agent-inventory", path]
-        self.env_file = os.path.join(self.tmp, "xlctl.env")
-        self.log = open(os.path.join(self.tmp, "scheduler.log"), "wb")
-        self.addCleanup(self.log.close)
-        self.proc = subprocess.Popen(
-            [SCHEDULER, "--dev", "--agents", "2", *invs, "--listen", "127.0.0.1:0",
-             "--metrics-listen", "127.0.0.1:0", "--dev-env", self.env_file,
-             "--heartbeat-interval", "0.2", "--heartbeat-timeout", "3"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.addCleanup(self.stop)
-        wait_until("the dev cluster's xlctl.env", lambda: os.path.exists(self.env_file), 30)
-        self.env = dict(os.environ)
-        with open(self.env_file) as f:
-            for line in f:
-                m = re.match(r"(?:export\s+)?(XL_[A-Z_]+)=(.*)", line.strip())
-                if m:
-                    self.env[m.group(1)] = m.group(2).strip("'\"")
+        self.dev = DevCluster(agents=2, dir=self.tmp, args=[
+            *invs, "--metrics-listen", "127.0.0.1:0",
+            "--heartbeat-interval", "0.2", "--heartbeat-timeout", "3"])
+        self.addCleanup(self.dev.close)
+        self.env = self.dev.env
+        self.read_log = self.dev.read_log
         url = wait_until("the dashboard's address", lambda: re.search(
             r"dashboard on (https://127\.0\.0\.1:\d+)/", self.read_log()), 30)
         self.url = url.group(1)
         self.ctx = ssl.create_default_context(cafile=self.env["XL_TLS_CA"])
         self.ctx.check_hostname = False
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-    def read_log(self):
-        with open(os.path.join(self.tmp, "scheduler.log"), errors="replace") as f:
-            return f.read()
 
     def xlctl(self, *args):
         r = subprocess.run([XLCTL, *args], capture_output=True, text=True, env=self.env, timeout=60)

@@ -618,6 +618,111 @@ TEST_F(ControllerTest, AnExitWaitsForTheOutputWrittenBeforeIt) {
   EXPECT_EQ(WaitState(lost, v1::SUCCEEDED), v1::SUCCEEDED);
 }
 
+// A node that registers again (its stream broke, its agent restarted) while
+// a job's exits wait for their output acts on none of them early: not on
+// the other nodes' exits, nor on its own, whose unacknowledged output it
+// sends again after its Register. Acted on early, the job ended before its
+// output was stored, and `xlctl logs` right after `xlctl wait` showed none
+// of it (the quick start's empty logs).
+TEST_F(ControllerTest, AReconnectActsOnNoExitBeforeItsOutput) {
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  const std::string id = Submit(2, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  b->WaitFor(Msg::kStartRanks);
+  Settle();
+  const v1::Job job = *controller_->GetJob(id);
+  std::map<std::string, int> rank_on;
+  for (const auto& alloc : job.allocations()) rank_on[alloc.node()] = alloc.ranks(0);
+  ASSERT_EQ(rank_on.size(), 2u);
+  Report("a", a.get(), id, 1, rank_on["a"], v1::RANK_RUNNING);
+  Report("b", b.get(), id, 1, rank_on["b"], v1::RANK_RUNNING);
+  Settle();
+  v1::RankStatus exited_a = Status(id, 1, rank_on["a"], v1::RANK_EXITED, 0);
+  exited_a.set_stdout_bytes(6);
+  const v1::RankStatus exited_b = Status(id, 1, rank_on["b"], v1::RANK_EXITED, 0);
+  v1::AgentMessage msg;
+  *msg.mutable_rank_status() = exited_a;
+  controller_->AgentMessage("a", a.get(), msg);
+  *msg.mutable_rank_status() = exited_b;
+  controller_->AgentMessage("b", b.get(), msg);
+  Settle();
+  ASSERT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  // b comes back: its exit is in its Register, a's output is still to come.
+  b = AddNode("b", 1, {exited_b});
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING)
+      << "b's Register acted on a's exit before a's output was stored";
+  // a comes back too, reports its exit again and then sends its output.
+  a = AddNode("a", 1, {exited_a});
+  Settle();
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING)
+      << "a's Register acted on its exit before its output was sent again";
+  v1::AgentMessage log;
+  log.set_seq(1);
+  log.mutable_log()->set_job_id(id);
+  log.mutable_log()->set_attempt(1);
+  log.mutable_log()->set_rank(rank_on["a"]);
+  log.mutable_log()->set_stream(v1::STDOUT);
+  log.mutable_log()->set_data("hello\n");
+  log.mutable_log()->set_end_offset(6);
+  controller_->AgentMessage("a", a.get(), log);
+  EXPECT_EQ(WaitState(id, v1::SUCCEEDED), v1::SUCCEEDED);
+  EXPECT_EQ(store_->ReadLogs(1, 0, -1, 10)->size(), 1u);
+}
+
+// A lost node's exits count before its loss does, and in the order the
+// job's exits came: the first rank to fail is the one the reason names.
+TEST_F(ControllerTest, ALostNodesExitsCountBeforeItsLossInOrder) {
+  // Output may wait longer than a node takes to be lost.
+  tweak_ = [](ControllerOptions* o) { o->log_settle = absl::Seconds(60); };
+  Open();
+  auto a = AddNode("a", 1);
+  auto b = AddNode("b", 1);
+  auto c = AddNode("c", 1);
+  const std::string id = Submit(3, 1, "", /*retries=*/1);
+  controller_->Tick();
+  for (auto* n : {a.get(), b.get(), c.get()}) n->WaitFor(Msg::kStartRanks);
+  Settle();
+  const v1::Job job = *controller_->GetJob(id);
+  std::map<std::string, int> rank_on;
+  for (const auto& alloc : job.allocations()) rank_on[alloc.node()] = alloc.ranks(0);
+  std::map<std::string, FakeConnection*> conn = {
+      {"a", a.get()}, {"b", b.get()}, {"c", c.get()}};
+  for (auto& [name, cn] : conn) Report(name, cn, id, 1, rank_on[name], v1::RANK_RUNNING);
+  Settle();
+  // a fails with its traceback on the way, then b, then c (also waiting).
+  for (const std::string name : {"a", "b", "c"}) {
+    v1::AgentMessage msg;
+    *msg.mutable_rank_status() = Status(id, 1, rank_on[name], v1::RANK_EXITED,
+                                        name == "b" ? 0 : 1);
+    msg.mutable_rank_status()->set_stderr_bytes(name == "b" ? 0 : 5);
+    controller_->AgentMessage(name, conn[name], msg);
+  }
+  Settle();
+  ASSERT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+  // b goes silent past the heartbeat timeout (a and c beat on).
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat("a", a.get());
+    Beat("c", c.get());
+  }
+  controller_->Tick();
+  Settle();
+  // a's exit came first: the requeue names a's rank, not b's loss.
+  const v1::Job after = *controller_->GetJob(id);
+  EXPECT_EQ(after.attempt(), 2);
+  EXPECT_EQ(after.state(), v1::PENDING);
+  std::vector<v1::JobEvent> events;
+  bool finished = false;
+  ASSERT_TRUE(controller_->ReadEvents(id, 0, &events, &finished).ok());
+  ASSERT_FALSE(events.empty());
+  const std::string requeue = events.back().reason();
+  EXPECT_EQ(requeue.rfind(absl::StrCat("rank ", rank_on["a"], " on a "), 0), 0u)
+      << requeue;
+}
+
 // Output stored before the scheduler restarted counts after it: an exit
 // reported in the agent's next Register is acted on at once.
 TEST_F(ControllerTest, OutputStoredBeforeARestartCountsForAnExitAfterIt) {
