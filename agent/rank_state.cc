@@ -270,29 +270,46 @@ void Supervisor::Poll(Process& process) {
     return (have && st.phase == shim::Status::kDone) ||
            (process.shim_gone && !GroupAlive(process.pid));
   };
-  auto close_outputs = [&] {
-    // No writer is left: the spools are whole.
-    for (Output* output : {&process.out, &process.err, &process.metrics}) {
-      ReadOutput(process, *output, /*all=*/true);
-      CloseOutput(process, *output);
-    }
-  };
   if (process.leader_alive) {
     if (have && (st.phase == shim::Status::kExited ||
                  st.phase == shim::Status::kDone)) {
-      OnLeaderExit(process, st.wait_status, st.lease_stop, "", !group_gone());
+      OnLeaderExit(process, st.wait_status, st.lease_stop, "", !group_gone(),
+                   st.stdout_bytes, st.stderr_bytes);
     } else if (process.shim_gone) {
       // Its parent-death signal killed the rank with it.
       OnLeaderExit(process, SIGKILL, false,
                    "its xl-rank-shim died (killed?) and took the rank with "
                    "it",
-                   !group_gone());
+                   !group_gone(), -1, -1);
     }
-    if (!process.leader_alive && !process.group_alive) close_outputs();
-  } else if (process.group_alive && group_gone()) {
-    process.group_alive = false;
-    close_outputs();
-    OnGroupGone(process);
+  }
+  if (process.pending_exit) {
+    // Said once the output written before it is handed over; until then,
+    // again whenever the session has room.
+    SayExit(process, !group_gone());
+  }
+  if (!process.pending_exit && !process.leader_alive) {
+    if (process.group_alive && group_gone()) {
+      process.group_alive = false;
+      process.group_gone_unsaid = true;
+    }
+    if (!process.group_alive) {
+      // No writer is left: the spools are whole. Each is closed once read
+      // to its end, and the group's end said after all of them.
+      bool all_read = true;
+      for (Output* output : {&process.out, &process.err, &process.metrics}) {
+        if (output->closed) continue;
+        if (ReadOutput(process, *output, /*all=*/true)) {
+          CloseOutput(process, *output);
+        } else {
+          all_read = false;
+        }
+      }
+      if (all_read && process.group_gone_unsaid) {
+        process.group_gone_unsaid = false;
+        OnGroupGone(process);
+      }
+    }
   }
   if (process.metrics.read_offset > 0 &&
       options_.clock->MonotonicNow() - process.metrics_persisted >=
@@ -301,8 +318,28 @@ void Supervisor::Poll(Process& process) {
   }
 }
 
-void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
-  if (output.closed) return;
+void Supervisor::PersistLateAck(
+    const std::tuple<std::string, int, int, int>& key, int64_t end) {
+  const auto& [job_id, attempt, rank, stream] = key;
+  if (!SafePathComponent(job_id)) return;
+  const std::string dir = shim::RankDir(state_dir_, job_id, attempt, rank);
+  const std::string path = dir + "/" + shim::kAcked;
+  std::string text;
+  if (!shim::ReadWholeFile(path, &text)) return;  // removed already
+  auto acked = shim::ParseLines(text);
+  const std::string name = stream == v1::STDERR ? shim::kStderr : shim::kStdout;
+  if (shim::Int(acked, name) >= end) return;
+  acked[name] = absl::StrCat(end);
+  std::string out;
+  for (const auto& [k, v] : acked) absl::StrAppend(&out, k, " ", v, "\n");
+  if (!shim::WriteFileAtomically(path, out)) {
+    LogLine(absl::StrCat("cannot write ", path, ": ", ErrnoString(errno),
+                         " (a restarted agent sends that output again)"));
+  }
+}
+
+bool Supervisor::ReadOutput(Process& process, Output& output, bool all) {
+  if (output.closed) return true;
   if (output.fd < 0) {
     // Read-write: what the scheduler stored is punched out (PersistAcked).
     const std::string path = process.dir + "/" + output.name;
@@ -321,7 +358,7 @@ void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
                               output.name, " spool ", path, ": ",
                               ErrnoString(err), "]\n"));
       }
-      return;
+      return all;  // nothing to wait for, when all of it is wanted
     }
   }
   char buf[64 * 1024];
@@ -329,6 +366,13 @@ void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
   // must be read (before an exit status).
   for (int i = 0; all || i < 16; ++i) {
     size_t want = sizeof(buf);
+    if (&output != &process.metrics) {
+      // What the session cannot take yet stays in the spool, on disk:
+      // read on when it has room (LogRoomFreed), not dropped.
+      const size_t room = sink_->LogRoom();
+      if (room == 0) return false;
+      want = std::min(want, room);
+    }
     const bool replaying = !output.replay.empty();
     if (replaying) {
       // The chunks an earlier agent cut are cut the same way again.
@@ -337,7 +381,7 @@ void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
     }
     ssize_t n = ::pread(output.fd, buf, want, output.read_offset);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n <= 0) return true;
     output.read_offset += n;
     if (replaying) {
       output.pending.append(buf, static_cast<size_t>(n));
@@ -351,6 +395,7 @@ void Supervisor::ReadOutput(Process& process, Output& output, bool all) {
     }
     AppendOutput(process, output, buf, static_cast<size_t>(n));
   }
+  return false;
 }
 
 void Supervisor::AppendOutput(Process& process, Output& output,

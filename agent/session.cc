@@ -200,6 +200,17 @@ void Session::OnLogChunk(v1::LogChunk chunk) {
   }
 }
 
+size_t Session::LogRoom() const {
+  absl::MutexLock lock(&mu_);
+  const size_t used = outbox_.log_bytes();
+  const size_t room = used >= options_.max_buffered_log_bytes
+                          ? 0
+                          : options_.max_buffered_log_bytes - used;
+  // Less than a spool read's worth: the reader stops until told.
+  if (room < (64u << 10)) room_wanted_ = true;
+  return room;
+}
+
 void Session::OnMetrics(v1::TrainMetrics metrics) {
   absl::MutexLock lock(&mu_);
   outbox_.PushMetrics(std::move(metrics));
@@ -449,8 +460,17 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
       unacked_bytes_ += message.log().data().size();
       unacked_.push_back(message);
     }
+    // The supervisor left output in the spools for want of room: drained
+    // to half, it reads on.
+    bool room_freed = false;
+    if (message.has_log() && room_wanted_ &&
+        outbox_.log_bytes() <= options_.max_buffered_log_bytes / 2) {
+      room_wanted_ = false;
+      room_freed = controller_ != nullptr;
+    }
     write_in_flight_ = true;
     mu_.Unlock();
+    if (room_freed) controller_->LogRoomFreed();
     bool ok = stream->Write(message);
     mu_.Lock();
     write_in_flight_ = false;

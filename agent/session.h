@@ -99,6 +99,7 @@ class Session : public RankEventSink {
   void OnRankStatus(const v1::RankStatus& status) override;
   void OnLogChunk(v1::LogChunk chunk) override;
   void OnMetrics(v1::TrainMetrics metrics) override;
+  size_t LogRoom() const override;
 
   // True between a RegisterAck and the end of that stream.
   bool connected() const;
@@ -163,6 +164,9 @@ class Session : public RankEventSink {
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   std::string node_ ABSL_GUARDED_BY(mu_);
   bool logged_drop_ ABSL_GUARDED_BY(mu_) = false;
+  // LogRoom() said there was little: the supervisor waits to be told when
+  // the outbox has drained to half.
+  mutable bool room_wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   // The scheduler of this connection acknowledges log messages.
   bool log_acks_ ABSL_GUARDED_BY(mu_) = false;

@@ -372,6 +372,14 @@ void Supervisor::SetLease(absl::Time until) {
   Wake();
 }
 
+void Supervisor::LogRoomFreed() {
+  {
+    absl::MutexLock lock(&mu_);
+    room_freed_ = true;
+  }
+  Wake();
+}
+
 void Supervisor::SetStatus(const v1::RankStatus& status, bool notify) {
   {
     absl::MutexLock lock(&mu_);
@@ -438,12 +446,14 @@ void Supervisor::Loop() {
 
     std::deque<Command> commands;
     std::map<std::tuple<std::string, int, int, int>, int64_t> stored;
-    bool quit, detach, lease_changed;
+    bool quit, detach, lease_changed, room_freed;
     absl::Time lease_until;
     {
       absl::MutexLock lock(&mu_);
       commands.swap(commands_);
       stored.swap(stored_);
+      room_freed = room_freed_;
+      room_freed_ = false;
       quit = quit_;
       detach = detach_;
       lease_changed = lease_changed_;
@@ -464,7 +474,13 @@ void Supervisor::Loop() {
     for (const auto& [key, end] : stored) {
       auto it = processes_.find(
           RankKey(std::get<0>(key), std::get<1>(key), std::get<2>(key)));
-      if (it == processes_.end()) continue;
+      if (it == processes_.end()) {
+        // The rank is over and forgotten, its last output acknowledged
+        // late: its directory still says how far, or a restarted agent
+        // would send all of it again.
+        PersistLateAck(key, end);
+        continue;
+      }
       Output& output = std::get<3>(key) == v1::STDERR ? it->second->err
                                                       : it->second->out;
       if (end > output.stored) {
@@ -493,8 +509,8 @@ void Supervisor::Loop() {
     // Reap before commands so a StartRanks sees old attempts that just died.
     Reap();
     const absl::Time now = options_.clock->MonotonicNow();
-    const bool sweep = now >= next_sweep;
-    if (sweep) next_sweep = now + absl::Seconds(1);
+    const bool sweep = now >= next_sweep || room_freed;
+    if (now >= next_sweep) next_sweep = now + absl::Seconds(1);
     for (auto& [key, process] : processes_) {
       if (sweep) process->dirty = true;
       if (!process->dirty) continue;
@@ -1018,13 +1034,37 @@ void Supervisor::Reap() {
 
 void Supervisor::OnLeaderExit(Process& process, int wait_status,
                               bool lease_stop, const std::string& how,
-                              bool group_alive) {
+                              bool group_alive, int64_t out_end,
+                              int64_t err_end) {
   process.leader_alive = false;
+  process.pending_exit = Process::PendingExit{wait_status, lease_stop, how,
+                                              out_end, err_end};
+  if (group_alive && !process.stopping) {
+    // A rank's processes live as long as the rank: stop what it left.
+    ::kill(-process.pid, SIGTERM);
+    process.stopping = true;
+    process.kill_deadline = options_.clock->MonotonicNow() + process.grace;
+  }
+}
+
+bool Supervisor::SayExit(Process& process, bool group_alive) {
+  const Process::PendingExit exit = *process.pending_exit;
   // Output and metrics written before the exit go before the exit status.
+  auto read_to = [&](Output& output, int64_t end) {
+    const bool at_end = ReadOutput(process, output, /*all=*/true);
+    return end < 0 ? at_end || output.fd < 0 : output.read_offset >= end;
+  };
+  const bool out = read_to(process.out, exit.out_end);
+  const bool err = read_to(process.err, exit.err_end);
+  ReadOutput(process, process.metrics, /*all=*/true);
+  if (!out || !err) return false;
   for (Output* output : {&process.out, &process.err, &process.metrics}) {
-    ReadOutput(process, *output, /*all=*/true);
     FlushPartial(process, *output);
   }
+  process.pending_exit.reset();
+  const int wait_status = exit.wait_status;
+  const bool lease_stop = exit.lease_stop;
+  const std::string& how = exit.how;
   v1::RankStatus status;
   status.set_job_id(std::get<0>(process.key));
   status.set_attempt(std::get<1>(process.key));
@@ -1087,13 +1127,7 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status,
   status.set_processes_remaining(process.group_alive);
   process.exit_status = status;
   SetStatus(status);
-
-  if (process.group_alive && !process.stopping) {
-    // A rank's processes live as long as the rank: stop what it left.
-    ::kill(-process.pid, SIGTERM);
-    process.stopping = true;
-    process.kill_deadline = options_.clock->MonotonicNow() + process.grace;
-  }
+  return true;
 }
 
 void Supervisor::OnGroupGone(Process& process) {

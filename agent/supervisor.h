@@ -66,6 +66,10 @@ class RankEventSink {
   // Training metrics a rank wrote to XL_METRICS_FD (job, attempt and rank
   // filled in).
   virtual void OnMetrics(v1::TrainMetrics metrics) { (void)metrics; }
+  // Bytes of output the sink takes now without dropping any. The supervisor
+  // leaves the rest in the spools (on disk) until the controller's
+  // LogRoomFreed(); any thread.
+  virtual size_t LogRoom() const { return SIZE_MAX; }
 };
 
 // What the session asks of the supervisor (a fake in session tests).
@@ -94,6 +98,8 @@ class RankController {
   // (InfiniteFuture: no lease). Ranks whose agent is gone stop themselves
   // when it runs out.
   virtual void SetLease(absl::Time until) { (void)until; }
+  // The sink has room for output again after LogRoom() said it had little.
+  virtual void LogRoomFreed() {}
 };
 
 struct SupervisorOptions {
@@ -190,6 +196,7 @@ class Supervisor : public RankController {
   std::vector<v1::RankStatus> Snapshot() const override;
   void LogStored(const v1::LogChunk& chunk) override;
   void SetLease(absl::Time until) override;
+  void LogRoomFreed() override;
 
   // Stops every rank as StopJob does (`grace` unset: each with its own job's
   // grace), refuses later StartRanks, and blocks until no process of any
@@ -252,7 +259,15 @@ class Supervisor : public RankController {
   void DropDeferred(const std::string& job_id, int attempt, bool all,
                     const std::string& message);
   // `all`: to the end of the spool (before an exit status).
-  void ReadOutput(Process& process, Output& output, bool all = false);
+  // Records in a forgotten rank's directory that the scheduler stored its
+  // output of `key` (job, attempt, rank, stream) up to `end`.
+  void PersistLateAck(const std::tuple<std::string, int, int, int>& key,
+                      int64_t end);
+  // Reads what the spool holds beyond what was read, in 64 KiB pieces:
+  // 16 at most unless `all`, and never more than the sink has room for
+  // (the rest stays in the spool, on disk, until it has). True when the
+  // spool's end was reached.
+  bool ReadOutput(Process& process, Output& output, bool all = false);
   void AppendOutput(Process& process, Output& output, const char* data,
                     size_t size);
   void EmitChunk(Process& process, Output& output, std::string data,
@@ -264,10 +279,18 @@ class Supervisor : public RankController {
   void FlushPartial(Process& process, Output& output);
   void CloseOutput(Process& process, Output& output);
   void Reap();
-  // `how`: said instead of the wait status (the shim died). `group_alive`:
-  // processes of its group remain.
+  // The leader exited: what it left of its group is stopped, and its exit
+  // waits (Process::pending_exit) for the output it wrote before it.
+  // `how`: said instead of the wait status (the shim died); `out_end`,
+  // `err_end`: how far the spools reached at the exit (-1: read them to
+  // their end).
   void OnLeaderExit(Process& process, int wait_status, bool lease_stop,
-                    const std::string& how, bool group_alive);
+                    const std::string& how, bool group_alive,
+                    int64_t out_end, int64_t err_end);
+  // Reads the pending exit's output as far as the session takes it; once
+  // all of it is handed over, sends the exit (`group_alive`: processes of
+  // its group remain). False while output is left to read.
+  bool SayExit(Process& process, bool group_alive);
   // The last process of an exited rank's group is gone.
   void OnGroupGone(Process& process);
   void RunTimers();
@@ -304,6 +327,8 @@ class Supervisor : public RankController {
       ABSL_GUARDED_BY(mu_);
   absl::Time lease_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool lease_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // The sink has room again: every rank's spools are read on.
+  bool room_freed_ ABSL_GUARDED_BY(mu_) = false;
   bool detach_ ABSL_GUARDED_BY(mu_) = false;
   // The longest grace of the ranks here (StopAll's wait).
   absl::Duration longest_grace_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);

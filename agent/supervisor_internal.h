@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,21 @@ struct Supervisor::Process {
   int pending_signal = 0;
   absl::Time kill_deadline = absl::InfiniteFuture();
   absl::Duration grace;
+  // The leader exited; its status goes once the output it wrote before
+  // (up to out_end and err_end in the spools; -1: all there is) has been
+  // handed to the session, which may take a while when the session is
+  // full (a restarted agent with much output to send again).
+  struct PendingExit {
+    int wait_status = 0;
+    bool lease_stop = false;
+    std::string how;
+    int64_t out_end = -1;
+    int64_t err_end = -1;
+  };
+  std::optional<PendingExit> pending_exit;
+  // The group ended after the leader's exit was said: said once the
+  // outputs are read to their end.
+  bool group_gone_unsaid = false;
   // The RANK_EXITED status sent at the leader's exit, sent again without
   // processes_remaining once the group is gone.
   v1::RankStatus exit_status;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -289,6 +290,60 @@ TEST_F(SupervisorTest, OutputLostToAFullDiskIsSaidInTheLog) {
   const std::string out = sink.Output("full", 0, v1::STDOUT);
   EXPECT_EQ(out.rfind("before\n", 0), 0u) << out.substr(0, 200);
   EXPECT_THAT(out, HasSubstr("bytes of this rank's stdout were lost"));
+  supervisor.reset();
+}
+
+// A sink that takes at most `room` bytes of output until given more, as the
+// session does when its queue to the scheduler is full.
+class NarrowSink : public RecordingSink {
+ public:
+  void OnLogChunk(v1::LogChunk chunk) override {
+    taken_ += chunk.data().size();
+    RecordingSink::OnLogChunk(std::move(chunk));
+  }
+  size_t LogRoom() const override {
+    const size_t room = room_.load();
+    return taken_ >= room ? 0 : room - taken_.load();
+  }
+  void Widen(size_t room) { room_ = taken_ + room; }
+  std::atomic<size_t> room_{64 << 10};
+  std::atomic<size_t> taken_{0};
+};
+
+// Output the session cannot take yet stays in the spool, on disk, and the
+// rank's exit waits for it: nothing is dropped, and the exit still comes
+// after everything the rank wrote before it. A restarted agent with much
+// output to send again (or a rank that writes a lot at its end) used to
+// overflow the session's queue, which dropped the oldest output.
+TEST_F(SupervisorTest, OutputTheSessionCannotTakeWaitsInTheSpool) {
+  NarrowSink sink;
+  supervisor_.reset();  // one per process
+  auto supervisor = std::make_unique<Supervisor>(Options(), &sink);
+  ASSERT_TRUE(supervisor->Start().ok());
+  // 1,000,003 bytes: 10,000 lines of 99 x (the last without its newline) and
+  // "end".
+  supervisor->StartRanks(Shell(
+      "narrow", "head -c 990000 /dev/zero | tr '\\0' x | fold -w 99; echo end"));
+  ASSERT_TRUE(sink.WaitOutput("narrow", 0, "xxxx"));
+  absl::SleepFor(absl::Milliseconds(300));  // the rank is long done
+  // What the room allowed, and the rest of the line it ended in.
+  EXPECT_LE(sink.Output("narrow", 0, v1::STDOUT).size(), size_t{(64 << 10) + 100});
+  for (const auto& e : sink.events()) {
+    EXPECT_FALSE(e.is_status && e.status.state() == v1::RANK_EXITED)
+        << "the exit came before the output written before it";
+  }
+  // Room comes a piece at a time, as the session sends.
+  for (int i = 0; i < 200 && sink.Output("narrow", 0, v1::STDOUT).size() <
+                                 1000003; ++i) {
+    sink.Widen(256 << 10);
+    supervisor->LogRoomFreed();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  v1::RankStatus end = sink.WaitEnd("narrow", 1, 0);
+  const std::string out = sink.Output("narrow", 0, v1::STDOUT);
+  EXPECT_EQ(out.size(), 1000003u);
+  EXPECT_EQ(out.substr(out.size() - 4), "end\n");
+  EXPECT_EQ(end.stdout_bytes(), 1000003);
   supervisor.reset();
 }
 

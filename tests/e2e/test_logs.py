@@ -79,34 +79,40 @@ class LogsUnderLoad(unittest.TestCase):
 
     def test_exits_that_come_back_ahead_of_their_output_wait_for_it(self):
         # Both agents die (kill -9) while the ranks finish; the shims keep
-        # the ranks, which say their last words and exit with no agent to
-        # read them. The agents come back at once: each Register reports its
-        # ranks' exits, and the output not yet acknowledged follows it.
-        c = Cluster(agents=2, gpus=0)
+        # the ranks, which write 2 MB more and their last words, and exit
+        # with no agent to read them. The agents come back 0.2 s apart: each
+        # Register reports its ranks' exits, and the output follows it for
+        # a while. No Register may end the job meanwhile.
+        # Down for longer than the usual test timeout of 2 s, not lost.
+        c = Cluster(agents=2, gpus=0, heartbeat_timeout=10)
         try:
             train = os.path.join(EXAMPLES, "train.py")
+            blob = "head -c 2000000 /dev/zero | tr '\\\\0' x | fold -w 99"
             for run in range(RUNS):
                 job = c.submit_file(
                     "name: ddp\n"
                     f'command: ["/bin/sh", "-c", "{PY} {train} --steps 50 && sleep 1 && '
-                    'echo last words of rank $RANK"]\n'
+                    f'{blob} && echo last words of rank $RANK"]\n'
                     f"working_dir: {c.tmp}\n"
                     'env: {PYTHONUNBUFFERED: "1", OMP_NUM_THREADS: "1"}\n'
                     "resources: {nodes: 2, ranks_per_node: 2, gpus_per_node: 0}\n"
                     "time_limit: 300s\n", name=f"ddp-{run}.yaml")
                 wait_until("rank 0's last training line",
-                           lambda: "weights identical" in c.xlctl("logs", job).stdout, 120)
+                           lambda: "weights identical" in c.xlctl("logs", job, "--rank", "0").stdout,
+                           120)
                 for name in ("node-a", "node-b"):
                     c.kill(name)
-                time.sleep(1.5)  # the ranks end meanwhile
+                time.sleep(2.5)  # the ranks end meanwhile
                 for name in ("node-a", "node-b"):
                     c.start_agent(name, gpus=0)
+                    time.sleep(0.2)
                 waited = c.xlctl("wait", job, "--timeout", "120", check=False)
                 logs = c.xlctl("logs", job).stdout
-                self.assertEqual(waited.returncode, 0, f"{c.job(job)}\n{logs}")
+                self.assertEqual(waited.returncode, 0, f"{c.job(job)}\n{logs[-2000:]}")
                 missing = missing_lines(logs, 4) + [
                     f"rank {r}" for r in range(4) if f"last words of rank {r}\n" not in logs]
-                self.assertFalse(missing, f"run {run + 1}: job {job} lacks {missing}:\n{logs}")
+                self.assertFalse(missing, f"run {run + 1}: job {job} lacks {missing}; "
+                                          f"the scheduler said:\n{c.log_of('scheduler')[-3000:]}")
         finally:
             c.close()
 
