@@ -78,6 +78,8 @@ void Supervisor::Adopt() {
           {&process->metrics, shim::kMetrics, ""}}) {
       output->stored = shim::Int(acked, name);
       output->offset = output->read_offset = output->stored;
+      output->dropped_said =
+          shim::Int(acked, absl::StrCat(name, "_dropped_said"));
       if (*chunks == '\0') continue;
       for (int64_t end : ReadChunkEnds(dir + "/" + chunks)) {
         if (end > output->stored &&
@@ -157,12 +159,15 @@ void Supervisor::PersistAcked(Process& process) {
       }
     }
   }
+  // Also the losses already said, so that a successor does not say them
+  // again.
   const std::string text = absl::StrCat(
       shim::kStdout, " ", process.out.stored, "\n", shim::kStderr, " ",
       process.err.stored, "\n", shim::kMetrics, " ",
       process.metrics.read_offset -
           static_cast<int64_t>(process.metrics.pending.size()),
-      "\n");
+      "\nstdout_dropped_said ", process.out.dropped_said,
+      "\nstderr_dropped_said ", process.err.dropped_said, "\n");
   process.metrics_persisted = options_.clock->MonotonicNow();
   if (!shim::WriteFileAtomically(process.dir + "/" + shim::kAcked, text)) {
     LogLine(absl::StrCat("cannot write ", process.dir, "/", shim::kAcked,
@@ -243,8 +248,11 @@ void Supervisor::Poll(Process& process) {
       process.pending_signal = 0;
     }
   }
-  for (Output* output : {&process.out, &process.err, &process.metrics}) {
-    ReadOutput(process, *output);
+  // While an exit waits, SayExit reads (the output before the exit first).
+  if (!process.pending_exit) {
+    for (Output* output : {&process.out, &process.err, &process.metrics}) {
+      ReadOutput(process, *output);
+    }
   }
   if (have) {
     // Output the shim could not spool is said where it would have been.
@@ -262,6 +270,7 @@ void Supervisor::Poll(Process& process) {
                            " lost: the shim could not write ", process.dir,
                            "/", output->name));
       output->dropped_said = dropped;
+      PersistAcked(process);
     }
   }
   // The group is gone when the shim says so (it pumped the last output
@@ -270,44 +279,42 @@ void Supervisor::Poll(Process& process) {
     return (have && st.phase == shim::Status::kDone) ||
            (process.shim_gone && !GroupAlive(process.pid));
   };
+  const bool gone = group_gone();
   if (process.leader_alive) {
     if (have && (st.phase == shim::Status::kExited ||
                  st.phase == shim::Status::kDone)) {
-      OnLeaderExit(process, st.wait_status, st.lease_stop, "", !group_gone(),
+      OnLeaderExit(process, st.wait_status, st.lease_stop, "", !gone,
                    st.stdout_bytes, st.stderr_bytes);
     } else if (process.shim_gone) {
       // Its parent-death signal killed the rank with it.
       OnLeaderExit(process, SIGKILL, false,
                    "its xl-rank-shim died (killed?) and took the rank with "
                    "it",
-                   !group_gone(), -1, -1);
+                   !gone, -1, -1);
     }
+  } else if (process.group_alive && gone) {
+    // Known at once, whether or not the exit was said: nothing of the rank
+    // runs (a stop, a restart of the job, StopAll wait for no one).
+    process.group_alive = false;
+    // Said after the exit (which otherwise says it itself).
+    process.group_gone_unsaid = !process.pending_exit;
   }
-  if (process.pending_exit) {
-    // Said once the output written before it is handed over; until then,
-    // again whenever the session has room.
-    SayExit(process, !group_gone());
-  }
+  // Said once the output written before it is handed over; until then,
+  // again whenever the session has room.
+  if (process.pending_exit) SayExit(process);
   if (!process.pending_exit && !process.leader_alive) {
-    if (process.group_alive && group_gone()) {
-      process.group_alive = false;
-      process.group_gone_unsaid = true;
+    if (process.group_gone_unsaid) {
+      // Its resources are free now, whatever output is still to ship.
+      process.group_gone_unsaid = false;
+      OnGroupGone(process);
     }
     if (!process.group_alive) {
       // No writer is left: the spools are whole. Each is closed once read
-      // to its end, and the group's end said after all of them.
-      bool all_read = true;
+      // to its end.
       for (Output* output : {&process.out, &process.err, &process.metrics}) {
-        if (output->closed) continue;
-        if (ReadOutput(process, *output, /*all=*/true)) {
+        if (!output->closed && ReadOutput(process, *output, /*all=*/true)) {
           CloseOutput(process, *output);
-        } else {
-          all_read = false;
         }
-      }
-      if (all_read && process.group_gone_unsaid) {
-        process.group_gone_unsaid = false;
-        OnGroupGone(process);
       }
     }
   }
@@ -338,50 +345,72 @@ void Supervisor::PersistLateAck(
   }
 }
 
-bool Supervisor::ReadOutput(Process& process, Output& output, bool all) {
-  if (output.closed) return true;
+void Supervisor::MarkUnreadable(Process& process, Output& output, int err) {
+  output.unreadable = true;
+  output.starved = false;
+  if (&output == &process.metrics) return;  // a curve, not the rank's log
+  const std::string path = process.dir + "/" + output.name;
+  LogLine(absl::StrCat("cannot read ", path, ": ", ErrnoString(err),
+                       "; the rank's ", output.name, " is not shipped"));
+  EmitNote(process, output,
+           absl::StrCat("[xl-agent: cannot read this rank's ", output.name,
+                        " spool ", path, ": ", ErrnoString(err), "]\n"));
+}
+
+bool Supervisor::ReadOutput(Process& process, Output& output, bool all,
+                            int64_t limit) {
+  if (output.closed || output.unreadable) return true;
   if (output.fd < 0) {
     // Read-write: what the scheduler stored is punched out (PersistAcked).
-    const std::string path = process.dir + "/" + output.name;
-    output.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    output.fd = ::open((process.dir + "/" + output.name).c_str(),
+                       O_RDWR | O_CLOEXEC);
     if (output.fd < 0) {
       // Not made yet, unless the rank's output is wanted whole now (the
       // shim makes the spools before it starts the rank).
-      const int err = errno;
-      if ((err != ENOENT || all) && !output.unreadable_said &&
-          &output != &process.metrics) {
-        output.unreadable_said = true;
-        LogLine(absl::StrCat("cannot read ", path, ": ", ErrnoString(err),
-                             "; the rank's ", output.name, " is not shipped"));
-        EmitNote(process, output,
-                 absl::StrCat("[xl-agent: cannot read this rank's ",
-                              output.name, " spool ", path, ": ",
-                              ErrnoString(err), "]\n"));
-      }
-      return all;  // nothing to wait for, when all of it is wanted
+      if (errno == ENOENT && !all) return false;
+      MarkUnreadable(process, output, errno);
+      return true;
     }
   }
   char buf[64 * 1024];
   // Bounded so one chatty rank cannot starve the others, unless all of it
   // must be read (before an exit status).
   for (int i = 0; all || i < 16; ++i) {
+    const bool replaying = !output.replay.empty();
+    // The chunks an earlier agent cut are cut the same way again, whole.
+    if (!replaying && limit >= 0 && output.read_offset >= limit) {
+      output.starved = false;
+      return true;
+    }
     size_t want = sizeof(buf);
     if (&output != &process.metrics) {
-      // What the session cannot take yet stays in the spool, on disk:
-      // read on when it has room (LogRoomFreed), not dropped.
+      // What the session cannot take yet stays in the spool, on disk: read
+      // on when it has room (LogRoomFreed), never dropped. The partial
+      // line held here goes out with the next piece.
       const size_t room = sink_->LogRoom();
-      if (room == 0) return false;
-      want = std::min(want, room);
+      if (room <= output.pending.size()) {
+        output.starved = true;
+        return false;
+      }
+      want = std::min(want, room - output.pending.size());
     }
-    const bool replaying = !output.replay.empty();
     if (replaying) {
-      // The chunks an earlier agent cut are cut the same way again.
       want = static_cast<size_t>(std::min<int64_t>(
           want, output.replay.front() - output.read_offset));
+    } else if (limit >= 0) {
+      want = static_cast<size_t>(
+          std::min<int64_t>(want, limit - output.read_offset));
     }
     ssize_t n = ::pread(output.fd, buf, want, output.read_offset);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return true;
+    if (n < 0) {
+      MarkUnreadable(process, output, errno);
+      return true;
+    }
+    if (n == 0) {
+      output.starved = false;
+      return true;
+    }
     output.read_offset += n;
     if (replaying) {
       output.pending.append(buf, static_cast<size_t>(n));
@@ -395,6 +424,7 @@ bool Supervisor::ReadOutput(Process& process, Output& output, bool all) {
     }
     AppendOutput(process, output, buf, static_cast<size_t>(n));
   }
+  output.starved = true;
   return false;
 }
 

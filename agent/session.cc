@@ -202,12 +202,15 @@ void Session::OnLogChunk(v1::LogChunk chunk) {
 
 size_t Session::LogRoom() const {
   absl::MutexLock lock(&mu_);
+  const size_t max = options_.max_buffered_log_bytes;
   const size_t used = outbox_.log_bytes();
-  const size_t room = used >= options_.max_buffered_log_bytes
-                          ? 0
-                          : options_.max_buffered_log_bytes - used;
-  // Less than a spool read's worth: the reader stops until told.
-  if (room < (64u << 10)) room_wanted_ = true;
+  const size_t room = used >= max ? 0 : max - used;
+  // Less than a spool read's worth (or half a small buffer): none, so that
+  // spools are read in pieces, not bytes; the reader waits to be told.
+  if (room < std::min<size_t>(64u << 10, max / 2)) {
+    room_wanted_ = true;
+    return 0;
+  }
   return room;
 }
 

@@ -509,14 +509,24 @@ void Supervisor::Loop() {
     // Reap before commands so a StartRanks sees old attempts that just died.
     Reap();
     const absl::Time now = options_.clock->MonotonicNow();
-    const bool sweep = now >= next_sweep || room_freed;
-    if (now >= next_sweep) next_sweep = now + absl::Seconds(1);
+    const bool sweep = now >= next_sweep;
+    if (sweep) next_sweep = now + absl::Seconds(1);
+    std::vector<Process*> due;
     for (auto& [key, process] : processes_) {
+      // Room in the session: the ranks with output waiting for it.
+      if (room_freed && Starved(*process)) process->dirty = true;
       if (sweep) process->dirty = true;
       if (!process->dirty) continue;
       process->dirty = false;
-      Poll(*process);
+      due.push_back(process.get());
     }
+    // Each round starts one rank further on, so that ranks with much output
+    // waiting share the session's room.
+    if (!due.empty()) {
+      std::rotate(due.begin(), due.begin() + (poll_turn_++ % due.size()),
+                  due.end());
+    }
+    for (Process* process : due) Poll(*process);
     for (Command& command : commands) {
       HandleCommand(command);
       // Hundreds of starts queued at once take a while; each one done is
@@ -1037,8 +1047,11 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status,
                               bool group_alive, int64_t out_end,
                               int64_t err_end) {
   process.leader_alive = false;
-  process.pending_exit = Process::PendingExit{wait_status, lease_stop, how,
-                                              out_end, err_end};
+  process.group_alive = group_alive;
+  process.pending_exit =
+      Process::PendingExit{wait_status, lease_stop,
+                           how,         out_end,
+                           err_end,     options_.clock->MonotonicNow()};
   if (group_alive && !process.stopping) {
     // A rank's processes live as long as the rank: stop what it left.
     ::kill(-process.pid, SIGTERM);
@@ -1047,19 +1060,35 @@ void Supervisor::OnLeaderExit(Process& process, int wait_status,
   }
 }
 
-bool Supervisor::SayExit(Process& process, bool group_alive) {
+bool Supervisor::SayExit(Process& process) {
+  // A session that takes output slowly (a scheduler far behind) holds an
+  // exit this long at most; the scheduler then waits --log-settle for the
+  // rest. A shutting-down agent says its exits at once.
+  constexpr absl::Duration kExitHold = absl::Minutes(2);
   const Process::PendingExit exit = *process.pending_exit;
-  // Output and metrics written before the exit go before the exit status.
-  auto read_to = [&](Output& output, int64_t end) {
-    const bool at_end = ReadOutput(process, output, /*all=*/true);
-    return end < 0 ? at_end || output.fd < 0 : output.read_offset >= end;
-  };
-  const bool out = read_to(process.out, exit.out_end);
-  const bool err = read_to(process.err, exit.err_end);
+  // Output and metrics written before the exit go before the exit status;
+  // what the rest of its group writes after it, after.
+  const bool out =
+      ReadOutput(process, process.out, /*all=*/true, exit.out_end);
+  const bool err =
+      ReadOutput(process, process.err, /*all=*/true, exit.err_end);
   ReadOutput(process, process.metrics, /*all=*/true);
-  if (!out || !err) return false;
-  for (Output* output : {&process.out, &process.err, &process.metrics}) {
-    FlushPartial(process, *output);
+  if (!out || !err) {
+    const bool forced = refuse_starts_ ||
+                        options_.clock->MonotonicNow() - exit.since >= kExitHold;
+    if (!forced) return false;
+    LogLine(absl::StrCat(
+        "job ", std::get<0>(process.key), " attempt ",
+        std::get<1>(process.key), " rank ", std::get<2>(process.key),
+        ": saying its exit before all of its output is handed to the "
+        "session (",
+        refuse_starts_ ? "the agent is shutting down"
+                       : "the scheduler has taken it slowly for 2m",
+        "); the rest follows"));
+  } else {
+    for (Output* output : {&process.out, &process.err, &process.metrics}) {
+      FlushPartial(process, *output);
+    }
   }
   process.pending_exit.reset();
   const int wait_status = exit.wait_status;
@@ -1071,9 +1100,12 @@ bool Supervisor::SayExit(Process& process, bool group_alive) {
   status.set_rank(std::get<2>(process.key));
   status.set_state(v1::RANK_EXITED);
   status.set_pid(process.pid);
-  // What the output above reached: the scheduler waits for it to be stored.
-  status.set_stdout_bytes(process.out.offset);
-  status.set_stderr_bytes(process.err.offset);
+  // How far the output reached at the exit: the scheduler waits for that
+  // to be stored.
+  status.set_stdout_bytes(exit.out_end >= 0 ? exit.out_end
+                                            : process.out.offset);
+  status.set_stderr_bytes(exit.err_end >= 0 ? exit.err_end
+                                            : process.err.offset);
   if (!how.empty()) {
     status.set_signal(SIGKILL);
     status.set_exit_code(128 + SIGKILL);
@@ -1123,11 +1155,15 @@ bool Supervisor::SayExit(Process& process, bool group_alive) {
   }
   // The job's outcome need not wait for the rest of the group; the
   // resources do (OnGroupGone says when).
-  process.group_alive = group_alive;
   status.set_processes_remaining(process.group_alive);
   process.exit_status = status;
   SetStatus(status);
   return true;
+}
+
+bool Supervisor::Starved(const Process& process) {
+  return process.pending_exit.has_value() || process.out.starved ||
+         process.err.starved;
 }
 
 void Supervisor::OnGroupGone(Process& process) {
@@ -1145,7 +1181,9 @@ void Supervisor::RunTimers() {
       process->sigkill_sent = true;
     }
     for (Output* output : {&process->out, &process->err, &process->metrics}) {
-      if (!output->closed &&
+      // A read that stopped short holds a piece of a line, not a partial
+      // line of the rank's.
+      if (!output->closed && !output->starved &&
           now >= output->pending_since + options_.partial_line_delay) {
         FlushPartial(*process, *output);
       }

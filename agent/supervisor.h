@@ -263,11 +263,16 @@ class Supervisor : public RankController {
   // output of `key` (job, attempt, rank, stream) up to `end`.
   void PersistLateAck(const std::tuple<std::string, int, int, int>& key,
                       int64_t end);
-  // Reads what the spool holds beyond what was read, in 64 KiB pieces:
-  // 16 at most unless `all`, and never more than the sink has room for
-  // (the rest stays in the spool, on disk, until it has). True when the
-  // spool's end was reached.
-  bool ReadOutput(Process& process, Output& output, bool all = false);
+  // Reads what the spool holds beyond what was read, up to `limit` (-1:
+  // its end), in 64 KiB pieces: 16 at most unless `all`, and never more
+  // than the sink has room for (the rest stays in the spool, on disk,
+  // until it has). True when nothing more is to be read now: the limit or
+  // the spool's end was reached, or the spool cannot be read (said once in
+  // the rank's log).
+  bool ReadOutput(Process& process, Output& output, bool all = false,
+                  int64_t limit = -1);
+  // The spool of `output` cannot be opened or read (`err`): said once.
+  void MarkUnreadable(Process& process, Output& output, int err);
   void AppendOutput(Process& process, Output& output, const char* data,
                     size_t size);
   void EmitChunk(Process& process, Output& output, std::string data,
@@ -288,11 +293,13 @@ class Supervisor : public RankController {
                     const std::string& how, bool group_alive,
                     int64_t out_end, int64_t err_end);
   // Reads the pending exit's output as far as the session takes it; once
-  // all of it is handed over, sends the exit (`group_alive`: processes of
-  // its group remain). False while output is left to read.
-  bool SayExit(Process& process, bool group_alive);
+  // all of it is handed over (or the hold has lasted kExitHold, or the
+  // agent is shutting down), sends the exit. False while it waits.
+  bool SayExit(Process& process);
   // The last process of an exited rank's group is gone.
   void OnGroupGone(Process& process);
+  // Output of the rank waits in its spools for room in the session.
+  static bool Starved(const Process& process);
   void RunTimers();
   absl::Duration NextTimeout();
   // `notify`: tell the sink (false: Snapshot() only, "starting").
@@ -327,8 +334,10 @@ class Supervisor : public RankController {
       ABSL_GUARDED_BY(mu_);
   absl::Time lease_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool lease_changed_ ABSL_GUARDED_BY(mu_) = false;
-  // The sink has room again: every rank's spools are read on.
+  // The sink has room again: the spools left waiting are read on.
   bool room_freed_ ABSL_GUARDED_BY(mu_) = false;
+  // Rotates the order ranks are polled in (supervisor thread only).
+  size_t poll_turn_ = 0;
   bool detach_ ABSL_GUARDED_BY(mu_) = false;
   // The longest grace of the ranks here (StopAll's wait).
   absl::Duration longest_grace_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);

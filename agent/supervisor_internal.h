@@ -43,10 +43,15 @@ struct Supervisor::Output {
   std::deque<int64_t> replay;
   int chunks_fd = -1;  // where chunk ends are remembered
   int64_t punched = 0;  // the spool's bytes given back to the disk
-  // Losses already said in the rank's log: bytes the shim could not spool,
-  // and a spool the agent could not open.
+  // Bytes the shim could not spool, already said in the rank's log.
   int64_t dropped_said = 0;
-  bool unreadable_said = false;
+  // The spool cannot be opened or read (said once in the rank's log):
+  // nothing more comes of it.
+  bool unreadable = false;
+  // The last read stopped with the spool's end not reached (no room in the
+  // session, or the per-poll bound): the pending partial line is not a
+  // partial line of the rank's, so it is not flushed on a timer.
+  bool starved = false;
 };
 
 // One started rank. pgid == pid: the leader is the process the shim
@@ -85,6 +90,7 @@ struct Supervisor::Process {
     std::string how;
     int64_t out_end = -1;
     int64_t err_end = -1;
+    absl::Time since;  // monotonic: the hold is bounded (kExitHold)
   };
   std::optional<PendingExit> pending_exit;
   // The group ended after the leader's exit was said: said once the

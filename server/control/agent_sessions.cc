@@ -143,12 +143,15 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
         {state::JobTable::ParseId(st.job_id()), st.attempt(), st.rank()});
   }
   for (int64_t id : parked_jobs_) {
-    const JobRecord* rec = jobs_.Find(id);
+    JobRecord* rec = jobs_.Find(id);
     if (rec == nullptr) continue;
-    for (const auto& p : rec->parked_exits) {
-      if (p.node == node->name) {
-        reported.insert({id, p.status.attempt(), p.status.rank()});
-      }
+    for (auto& p : rec->parked_exits) {
+      if (p.node != node->name) continue;
+      const auto key = std::make_tuple(id, p.status.attempt(), p.status.rank());
+      // Not reported any more (its agent's state was wiped): nothing of
+      // it runs there, so its resources go when the exit is acted on.
+      if (reported.count(key) == 0) p.status.set_processes_remaining(false);
+      reported.insert(key);
     }
   }
   node->foreign_ranks.clear();
@@ -238,6 +241,9 @@ bool Controller::OutputBehind(const JobRecord& rec,
 void Controller::SettleExits(int64_t job_id, bool now,
                              const std::string& lost_node) {
   const absl::Time mono_now = clock_->MonotonicNow();
+  // Exits of lost_node still parked (counted once: a 10,000-rank job's
+  // queue is walked once).
+  int64_t lost_left = -1;
   while (true) {
     JobRecord* rec = jobs_.Find(job_id);
     if (rec == nullptr || rec->parked_exits.empty()) {
@@ -250,12 +256,17 @@ void Controller::SettleExits(int64_t job_id, bool now,
                          !rec->stopping;
     // A lost node's output never comes: its exits, and those that came
     // before them, are acted on now; exits after its last one wait on.
-    const bool lost_ahead =
-        !lost_node.empty() &&
-        std::any_of(rec->parked_exits.begin(), rec->parked_exits.end(),
-                    [&](const JobRecord::ParkedExit& e) {
-                      return e.node == lost_node;
-                    });
+    if (lost_left < 0) {
+      lost_left = lost_node.empty()
+                      ? 0
+                      : std::count_if(rec->parked_exits.begin(),
+                                      rec->parked_exits.end(),
+                                      [&](const JobRecord::ParkedExit& e) {
+                                        return e.node == lost_node;
+                                      });
+    }
+    const bool lost_ahead = lost_left > 0;
+    if (p.node == lost_node && lost_left > 0) --lost_left;
     const bool behind = current && OutputBehind(*rec, p.status);
     const bool waited = mono_now >= p.until;
     if (behind && !now && !lost_ahead && !waited) return;
@@ -349,6 +360,12 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
       // A rank of an attempt that is over: stop it; its hold stays until
       // it has exited.
       stop("attempt is over");
+      return;
+    }
+    // An exit already counted stays counted: a restarted agent reports the
+    // rank running until it has said the exit again (its output first).
+    if (auto known = rec->ranks.find(st.rank());
+        known != rec->ranks.end() && IsExit(known->second)) {
       return;
     }
     rec->ranks[st.rank()] = st;

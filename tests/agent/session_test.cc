@@ -247,9 +247,25 @@ class FakeController : public RankController {
     absl::MutexLock lock(&mu_);
     return stops_;
   }
+  void LogRoomFreed() override {
+    absl::MutexLock lock(&mu_);
+    ++room_freed_;
+  }
+  bool WaitRoomFreed() {
+    absl::MutexLock lock(&mu_);
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return room_freed_ > 0;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), kWait);
+  }
+  int room_freed() {
+    absl::MutexLock lock(&mu_);
+    return room_freed_;
+  }
 
  private:
   mutable absl::Mutex mu_;
+  int room_freed_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::StartRanks> starts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StopJob> stops_ ABSL_GUARDED_BY(mu_);
   absl::Duration stalled_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
@@ -516,6 +532,45 @@ TEST(SessionTest, UnacknowledgedOutputIsBounded) {
   }
   EXPECT_GT(bytes, 1000u);
   EXPECT_LT(bytes, 1000u + 200u);
+}
+
+// The session says how much output it takes now (none below half of a
+// small buffer), and tells the supervisor once its queue has drained to
+// half, so that output waits in the spools on disk instead of being
+// dropped from the queue.
+TEST(SessionTest, LogRoomShrinksAsTheQueueFillsAndItsDrainIsTold) {
+  FakeScheduler scheduler;
+  scheduler.set_ack_logs(false);
+  Server server(&scheduler);
+  FakeController controller;
+  SessionOptions options = Options(server.port());
+  options.max_buffered_log_bytes = 1000;
+  Session session(options);
+  EXPECT_EQ(session.LogRoom(), 1000u);
+  session.Start(&controller);
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) { return !ms.empty(); }));
+  WaitRegistrations(session, 1);
+  // Unacknowledged, ~1000 bytes go out; the rest stays queued.
+  for (int i = 0; i < 11; ++i) {
+    session.OnLogChunk(Chunk("room", std::string(100, 'x')));
+  }
+  ASSERT_TRUE(scheduler.WaitFor([](const auto& ms) {
+    return CountOf(ms, v1::AgentMessage::kLog) >= 10;
+  }));
+  for (int i = 0; i < 6; ++i) {
+    session.OnLogChunk(Chunk("room", std::string(100, 'y')));
+  }
+  EXPECT_EQ(session.LogRoom(), 0u) << "600 of 1000 queued: under half left";
+  EXPECT_EQ(controller.room_freed(), 0);
+  // The scheduler stores again: the queue drains and the supervisor hears.
+  scheduler.set_ack_logs(true);
+  scheduler.Break();
+  ASSERT_TRUE(controller.WaitRoomFreed());
+  const absl::Time deadline = absl::Now() + kWait;
+  while (session.LogRoom() != 1000u && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(session.LogRoom(), 1000u) << "the queue never drained";
 }
 
 // A scheduler from before LogAck: chunks go unnumbered and are not sent

@@ -79,15 +79,16 @@ class LogsUnderLoad(unittest.TestCase):
 
     def test_exits_that_come_back_ahead_of_their_output_wait_for_it(self):
         # Both agents die (kill -9) while the ranks finish; the shims keep
-        # the ranks, which write 2 MB more and their last words, and exit
-        # with no agent to read them. The agents come back 0.2 s apart: each
-        # Register reports its ranks' exits, and the output follows it for
-        # a while. No Register may end the job meanwhile.
+        # the ranks, which write 6 MB more each (more than an agent queues)
+        # and their last words, and exit with no agent to read them. The
+        # agents come back 0.2 s apart: each Register reports its ranks'
+        # exits, and the output follows it for a while. No Register may end
+        # the job meanwhile, and no output may be dropped.
         # Down for longer than the usual test timeout of 2 s, not lost.
         c = Cluster(agents=2, gpus=0, heartbeat_timeout=10)
         try:
             train = os.path.join(EXAMPLES, "train.py")
-            blob = "head -c 2000000 /dev/zero | tr '\\\\0' x | fold -w 99"
+            blob = "head -c 6000000 /dev/zero | tr '\\\\0' x | fold -w 99"
             for run in range(RUNS):
                 job = c.submit_file(
                     "name: ddp\n"
