@@ -4,6 +4,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/commands.h"
 #include "client/credentials.h"
 #include "client/exit_code.h"
@@ -88,7 +89,8 @@ absl::Status Commands::Login(const std::string& token,
 
 absl::Status Commands::TokenCreate(const std::string& user, bool admin,
                                    const std::string& ttl, bool join,
-                                   const std::string& node) {
+                                   const std::string& node,
+                                   const std::vector<std::string>& groups) {
   xl::v1::CreateTokenRequest request;
   if (join) {
     if (!user.empty()) {
@@ -96,6 +98,10 @@ absl::Status Commands::TokenCreate(const std::string& user, bool admin,
                         "token takes --node NAME (or nothing: any new node)");
     }
     if (admin) return UsageError("token create: a join token cannot be --admin");
+    if (!groups.empty()) {
+      return UsageError("token create: --group is for user tokens; a node "
+                        "has no groups");
+    }
     request.set_user(node);
     request.set_join(true);
   } else {
@@ -107,6 +113,7 @@ absl::Status Commands::TokenCreate(const std::string& user, bool admin,
     }
     request.set_user(user);
     request.set_admin(admin);
+    for (const std::string& g : groups) request.add_groups(g);
   }
   if (!ttl.empty()) {
     absl::Duration d;
@@ -154,8 +161,9 @@ absl::Status Commands::TokenList() {
   }
   const absl::Time now = clock_->Now();
   char line[512];
-  std::snprintf(line, sizeof(line), "%-16s  %-4s  %-20s  %-5s  %-25s  %s\n",
-                "ID", "KIND", "USER/NODE", "ADMIN", "EXPIRES", "STATE");
+  std::snprintf(line, sizeof(line),
+                "%-16s  %-4s  %-20s  %-5s  %-25s  %-20s  %s\n", "ID", "KIND",
+                "USER/NODE", "ADMIN", "EXPIRES", "STATE", "GROUPS");
   *out_ << line;
   for (const auto& t : response.tokens()) {
     std::string state = "valid";
@@ -164,12 +172,14 @@ absl::Status Commands::TokenList() {
     } else if (t.has_expire_time() && now >= FromProto(t.expire_time())) {
       state = "expired";
     }
+    const std::string groups =
+        t.groups().empty() ? "-" : absl::StrJoin(t.groups(), ",");
     std::snprintf(
-        line, sizeof(line), "%-16s  %-4s  %-20s  %-5s  %-25s  %s\n",
+        line, sizeof(line), "%-16s  %-4s  %-20s  %-5s  %-25s  %-20s  %s\n",
         t.id().c_str(), t.kind().c_str(), t.user().c_str(),
         t.admin() ? "yes" : "no",
         TimeOrNever(t.expire_time(), t.has_expire_time(), zone_).c_str(),
-        state.c_str());
+        state.c_str(), groups.c_str());
     *out_ << line;
   }
   return absl::OkStatus();

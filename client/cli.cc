@@ -359,9 +359,19 @@ CommandLine::CommandLine()
       "pending jobs one user may have in the queue (0: no limit)");
   f.queue_max_priority_opt = queue_set->add_option(
       "--max-priority", f.queue_max_priority,
-      "jobs asking for a higher priority are refused");
+      "the highest priority users who are not admins may ask for (where "
+      "unset: 0)");
   queue_set->add_flag("--no-max-priority", inv.queue.no_max_priority,
-                      "drop the priority cap");
+                      "drop the cap set (users may then ask for 0 at most)");
+  queue_set->add_option("--admit-user", inv.queue.admit_users,
+                        "a user who may submit to the queue (repeat; the "
+                        "given ones replace the queue's list; * for "
+                        "everyone)");
+  queue_set->add_option("--admit-group", inv.queue.admit_groups,
+                        "a group whose members (as their tokens say) may "
+                        "submit (repeat; replaces the queue's list)");
+  queue_set->add_flag("--admit-everyone", inv.queue.admit_everyone,
+                      "drop both lists: everyone may submit");
   f.queue_min_runtime_opt = queue_set->add_option(
       "--min-runtime", f.queue_min_runtime,
       "a job of the queue is never preempted before it ran this long, like "
@@ -399,6 +409,16 @@ CommandLine::CommandLine()
                          "SIGKILL after the grace period.");
   job_arg(cancel);
   cancel->add_option("--reason", inv.reason, "why (recorded with the job)");
+
+  CLI::App* set_priority = add(
+      "set-priority",
+      "Admins: give a job that has not ended another priority (users may "
+      "ask at submit for at most their queue's max_priority).");
+  job_arg(set_priority);
+  set_priority->add_option("PRIORITY", inv.priority, "the new priority")
+      ->required();
+  set_priority->add_option("--reason", inv.reason,
+                           "why (recorded with the job's events)");
 
   CLI::App* logs = add("logs",
                        "Print a job's output (stdout and stderr of its "
@@ -509,8 +529,11 @@ CommandLine::CommandLine()
   token_create->add_option("--user", inv.token_cmd.user,
                            "the user the token stands for");
   token_create->add_flag("--admin", inv.token_cmd.admin,
-                         "the user may cancel any job, drain nodes and "
-                         "manage tokens");
+                         "the user may cancel any job, set any priority, "
+                         "drain nodes and manage tokens");
+  token_create->add_option("--group", inv.token_cmd.groups,
+                           "a group of the user's, for queues that admit "
+                           "groups (repeat for more)");
   token_create->add_option("--ttl", inv.token_cmd.ttl,
                            "lifetime: 1h, 30d or never (default: user 90d, "
                            "join 1h)");
@@ -744,6 +767,9 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
   if (c == "queue") return commands.QueueCommand(inv.queue);
   if (c == "share") return commands.Share();
   if (c == "cancel") return commands.Cancel(inv.job_id, inv.reason);
+  if (c == "set-priority") {
+    return commands.SetPriority(inv.job_id, inv.priority, inv.reason);
+  }
   if (c == "logs") return commands.Logs(inv.job_id, inv.logs);
   if (c == "watch") return commands.Watch(inv.job_id);
   if (c == "wait") {
@@ -773,7 +799,8 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
   if (c == "token") {
     const TokenFlags& t = inv.token_cmd;
     if (t.verb == "create") {
-      return commands.TokenCreate(t.user, t.admin, t.ttl, t.join, t.node);
+      return commands.TokenCreate(t.user, t.admin, t.ttl, t.join, t.node,
+                                  t.groups);
     }
     if (t.verb == "revoke") return commands.TokenRevoke(t.id);
     return commands.TokenList();

@@ -27,6 +27,7 @@ struct TokenFlags {
   // "create", "list" or "revoke".
   std::string verb;
   std::string user, ttl, node, id;
+  std::vector<std::string> groups;
   bool admin = false, join = false;
 };
 
@@ -43,7 +44,8 @@ struct Invocation {
   std::string timeout = "10s";
   std::string output = "table";
 
-  // The subcommand: "submit", "get", "list", "queue", "cancel", "logs",
+  // The subcommand: "submit", "get", "list", "queue", "cancel",
+  // "set-priority", "logs",
   // "watch", "wait", "top", "metrics", "nodes", "node", "drain",
   // "resume", "plan", "whoami", "login" or "token".
   std::string command;
@@ -58,8 +60,10 @@ struct Invocation {
   std::string job_id;
   // The node of node, drain and resume.
   std::string node;
-  // --reason of cancel and drain.
+  // --reason of cancel, drain and set-priority.
   std::string reason;
+  // The priority of set-priority.
+  int32_t priority = 0;
   // --timeout of wait.
   std::optional<std::string> wait_timeout;
   // The flags of plan, as given.

@@ -415,6 +415,30 @@ absl::Status Commands::Cancel(const std::string& job_id,
   return absl::OkStatus();
 }
 
+absl::Status Commands::SetPriority(const std::string& job_id,
+                                   int32_t priority,
+                                   const std::string& reason) {
+  xl::v1::SetJobPriorityRequest request;
+  request.set_job_id(job_id);
+  request.set_priority(priority);
+  request.set_reason(reason);
+  xl::v1::Job response;
+  auto context = connection_->UnaryContext();
+  grpc::Status status =
+      connection_->jobs().SetJobPriority(context.get(), request, &response);
+  if (!status.ok()) {
+    return connection_->CallError(
+        status, absl::StrCat("set the priority of job ", job_id), kJobHint);
+  }
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(response, format_);
+  } else {
+    *out_ << "job " << response.id() << " priority "
+          << response.spec().priority() << "\n";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Commands::Logs(const std::string& job_id,
                             const LogsOptions& options) {
   // The job tells how many ranks there are (and NOT_FOUND comes as a clear

@@ -86,6 +86,10 @@ struct QueueOptions {
   std::optional<int64_t> max_running_gpus_per_user, max_pending_jobs_per_user;
   std::optional<int32_t> max_priority;
   bool no_max_priority = false;
+  // Who may submit: given lists replace the queue's; admit_everyone empties
+  // both.
+  std::vector<std::string> admit_users, admit_groups;
+  bool admit_everyone = false;
   std::optional<std::string> min_runtime;
   std::optional<bool> allow_non_preemptible;
   std::optional<bool> reclaim_lent_quota;
@@ -123,6 +127,9 @@ class Commands {
   // Fair share: every queue's and user's share, usage and factor.
   absl::Status Share();
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
+  // Admins: the job's new priority.
+  absl::Status SetPriority(const std::string& job_id, int32_t priority,
+                           const std::string& reason);
   absl::Status Logs(const std::string& job_id, const LogsOptions& options);
   absl::Status Watch(const std::string& job_id);
   // OK only when the job ends SUCCEEDED; FAILED or CANCELLED give an error
@@ -152,10 +159,12 @@ class Commands {
   // Checks `token` with the scheduler (WhoAmI) and stores it for later
   // calls (credentials.h); with `tls_ca_pem`, stores that CA too.
   absl::Status Login(const std::string& token, const std::string& tls_ca_pem);
-  // Admin: a new user token (or, with `join`, a join token for a node).
+  // Admin: a new user token with the user's `groups` (or, with `join`, a
+  // join token for a node).
   absl::Status TokenCreate(const std::string& user, bool admin,
                            const std::string& ttl, bool join,
-                           const std::string& node);
+                           const std::string& node,
+                           const std::vector<std::string>& groups = {});
   absl::Status TokenList();
   absl::Status TokenRevoke(const std::string& id);
 

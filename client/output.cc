@@ -860,6 +860,29 @@ std::string QueueListTable(const xl::v1::ListQueuesResponse& queues) {
   return table.Render();
 }
 
+namespace {
+
+// Who may submit to a queue, as its users and groups say.
+std::string QueueAdmits(const xl::v1::QueueSpec& s) {
+  const auto star = [](const auto& list) {
+    return std::find(list.begin(), list.end(), "*") != list.end();
+  };
+  if ((s.users().empty() && s.groups().empty()) || star(s.users()) ||
+      star(s.groups())) {
+    return "everyone";
+  }
+  std::vector<std::string> parts;
+  if (!s.users().empty()) {
+    parts.push_back(absl::StrCat("users ", absl::StrJoin(s.users(), ", ")));
+  }
+  if (!s.groups().empty()) {
+    parts.push_back(absl::StrCat("groups ", absl::StrJoin(s.groups(), ", ")));
+  }
+  return absl::StrCat(absl::StrJoin(parts, "; "), " (and admins)");
+}
+
+}  // namespace
+
 std::string QueueDetails(const xl::v1::Queue& q,
                          const RenderContext& context) {
   const xl::v1::QueueSpec& s = q.spec();
@@ -909,8 +932,11 @@ std::string QueueDetails(const xl::v1::Queue& q,
                              ? absl::StrCat(s.max_pending_jobs_per_user(),
                                             " pending jobs")
                              : std::string("no pending limit")));
+  block.Add("Admits", QueueAdmits(s));
   block.Add("Max priority",
-            s.has_max_priority() ? absl::StrCat(s.max_priority().value()) : "-");
+            s.has_max_priority()
+                ? absl::StrCat(s.max_priority().value(), " (for users; admins any)")
+                : std::string("0 (the default; admins any)"));
   block.Add("Preemption",
             absl::StrCat("its jobs run at least ",
                          LimitText(s.min_runtime()) == "-"
@@ -971,10 +997,16 @@ std::string ShareTable(const xl::v1::GetSharesResponse& shares) {
 
 std::string EventLine(const xl::v1::JobEvent& event,
                       const RenderContext& context) {
-  std::string line = absl::StrCat(FormatTimestamp(event.time(), context), "  ",
-                                  JobStateName(event.from_state()), " -> ",
-                                  JobStateName(event.to_state()), "  attempt ",
-                                  event.attempt());
+  // An event that changes no state (a new priority, dropped output) shows
+  // the state once.
+  const std::string states =
+      event.from_state() == event.to_state()
+          ? JobStateName(event.to_state())
+          : absl::StrCat(JobStateName(event.from_state()), " -> ",
+                         JobStateName(event.to_state()));
+  std::string line =
+      absl::StrCat(FormatTimestamp(event.time(), context), "  ", states,
+                   "  attempt ", event.attempt());
   if (!event.reason().empty()) {
     absl::StrAppend(&line, "  ", Printable(event.reason()));
   }

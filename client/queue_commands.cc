@@ -185,6 +185,18 @@ absl::Status Commands::QueueCommand(const QueueOptions& o) {
     }
     if (o.max_priority) spec->mutable_max_priority()->set_value(*o.max_priority);
     if (o.no_max_priority) spec->clear_max_priority();
+    if (o.admit_everyone) {
+      spec->clear_users();
+      spec->clear_groups();
+    }
+    if (!o.admit_users.empty()) {
+      spec->clear_users();
+      for (const auto& u : o.admit_users) spec->add_users(u);
+    }
+    if (!o.admit_groups.empty()) {
+      spec->clear_groups();
+      for (const auto& g : o.admit_groups) spec->add_groups(g);
+    }
   } else {
     return UsageError(absl::StrCat("queue: unknown command '", o.verb,
                                    "'; run 'xlctl queue --help'"));

@@ -57,6 +57,7 @@ std::string TimeText(absl::Time t) {
 // when no scheduler runs on it (the first admin token, or recovery).
 struct TokenCommand {
   std::string db, user, ttl, id, node;
+  std::vector<std::string> groups;
   bool admin = false, join = false;
 };
 
@@ -88,7 +89,7 @@ int RunTokenCommand(const std::string& verb, const TokenCommand& c) {
     }
     auto made = (*tokens)->Create(
         c.join ? xl::auth::kJoinToken : xl::auth::kUserToken,
-        c.join ? c.node : c.user, c.admin, ttl, now);
+        c.join ? c.node : c.user, c.admin, ttl, now, c.groups);
     if (!made.ok()) return Fail(std::string(made.status().message()));
     printf("%s\n", made->second.c_str());
     fprintf(stderr,
@@ -334,8 +335,11 @@ int main(int argc, char** argv) {
       ->required();
   token_create->add_option("--user", token.user, "the user the token is for");
   token_create->add_flag("--admin", token.admin,
-                         "the user may drain nodes, cancel any job and "
-                         "manage tokens");
+                         "the user may drain nodes, cancel any job, set any "
+                         "priority and manage tokens");
+  token_create->add_option("--group", token.groups,
+                           "a group of the user's, for queues that admit "
+                           "groups (repeat for more)");
   token_create->add_option("--ttl", token.ttl,
                            "lifetime: 1h, 30d or never (default: user 90d, "
                            "join 1h)");

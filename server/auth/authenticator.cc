@@ -81,6 +81,7 @@ absl::StatusOr<Principal> Authenticator::Identify(
     if (!info.ok()) return info.status();
     p.name = info->user;
     p.admin = info->admin;
+    p.groups = info->groups;
     p.authenticated = true;
     return p;
   }

@@ -13,6 +13,7 @@
 #include <grpcpp/server_context.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -27,6 +28,8 @@ struct Principal {
   // The user name, or the node name of an agent's certificate.
   std::string name;
   bool admin = false;
+  // A user's groups, from their token (none with auth off).
+  std::vector<std::string> groups;
   // Identified by a credential (false with auth off).
   bool authenticated = false;
 

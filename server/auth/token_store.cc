@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/crypto/openssl.h"
 #include "common/status.h"
@@ -13,7 +14,7 @@ namespace xl::auth {
 namespace {
 
 constexpr char kColumns[] =
-    "id, kind, user, admin, hash, created, expires, revoked, used_by";
+    "id, kind, user, admin, hash, created, expires, revoked, used_by, groups";
 
 int64_t ToUnix(absl::Time t) {
   if (t == absl::InfiniteFuture() || t == absl::InfinitePast()) return 0;
@@ -74,6 +75,7 @@ absl::Status TokenStore::Load() {
       info.revoked = absl::FromUnixSeconds(st->ColumnInt(7));
     }
     info.used_by = st->ColumnText(8);
+    info.groups = absl::StrSplit(st->ColumnText(9), ',', absl::SkipEmpty());
     tokens_[info.id] = std::move(e);
     return absl::OkStatus();
   });
@@ -81,13 +83,25 @@ absl::Status TokenStore::Load() {
 
 absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
     const std::string& kind, const std::string& user, bool admin,
-    absl::Duration ttl, absl::Time now) {
+    absl::Duration ttl, absl::Time now,
+    const std::vector<std::string>& groups) {
   if (kind == kUserToken) {
     RETURN_IF_ERROR(ValidatePrincipalName(user, "user"));
+    if (groups.size() > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "groups: ", groups.size(), " groups; a token names at most 64"));
+    }
+    for (const std::string& g : groups) {
+      RETURN_IF_ERROR(ValidatePrincipalName(g, "groups"));
+    }
   } else if (kind == kJoinToken) {
     if (!user.empty()) RETURN_IF_ERROR(ValidatePrincipalName(user, "node"));
     if (admin) {
       return absl::InvalidArgumentError("admin: a join token cannot be admin");
+    }
+    if (!groups.empty()) {
+      return absl::InvalidArgumentError(
+          "groups: a join token is for a node, which has no groups");
     }
   } else {
     return absl::InvalidArgumentError(
@@ -103,6 +117,7 @@ absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
   info.kind = kind;
   info.user = user;
   info.admin = admin;
+  info.groups = groups;
   info.created = now;
   info.expires = ttl == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                  : now + ttl;
@@ -111,7 +126,7 @@ absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(auto st, db_->Prepare(absl::StrCat(
                                 "INSERT INTO tokens (", kColumns,
-                                ") VALUES (?, ?, ?, ?, ?, ?, ?, 0, '')")));
+                                ") VALUES (?, ?, ?, ?, ?, ?, ?, 0, '', ?)")));
   st->BindText(1, info.id);
   st->BindText(2, info.kind);
   st->BindText(3, info.user);
@@ -119,6 +134,7 @@ absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
   st->BindText(5, crypto::Sha256Hex(secret));
   st->BindInt(6, ToUnix(now));
   st->BindInt(7, ToUnix(info.expires));
+  st->BindText(8, absl::StrJoin(groups, ","));
   RETURN_IF_ERROR(st->Run());
   tokens_[info.id] = Entry{info, crypto::Sha256Hex(secret)};
   return std::make_pair(info, token);

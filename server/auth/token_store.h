@@ -39,6 +39,8 @@ struct TokenInfo {
   absl::Time expires = absl::InfiniteFuture();
   absl::Time revoked = absl::InfinitePast();  // InfinitePast: not revoked
   std::string used_by;
+  // User tokens: the user's groups (queues may admit by group).
+  std::vector<std::string> groups;
 };
 
 class TokenStore {
@@ -49,10 +51,12 @@ class TokenStore {
 
   // Creates a token; returns its record and the token, which is not kept.
   // `ttl` InfiniteDuration: never expires. INVALID_ARGUMENT for a bad user
-  // name or a ttl <= 0.
+  // or group name (at most 64 groups), groups on a join token, or a ttl <=
+  // 0.
   absl::StatusOr<std::pair<TokenInfo, std::string>> Create(
       const std::string& kind, const std::string& user, bool admin,
-      absl::Duration ttl, absl::Time now);
+      absl::Duration ttl, absl::Time now,
+      const std::vector<std::string>& groups = {});
   // NOT_FOUND for an unknown id; revoking twice keeps the first time.
   absl::StatusOr<TokenInfo> Revoke(const std::string& id, absl::Time now);
   // Every token, oldest first.

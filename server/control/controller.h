@@ -48,6 +48,7 @@
 #include "server/control/rendezvous.h"
 #include "server/control/retention.h"
 #include "server/scheduler/placement.h"
+#include "server/scheduler/queue_access.h"
 #include "server/state/agent_connection.h"
 #include "server/state/job_table.h"
 #include "server/state/submit_quota.h"
@@ -207,8 +208,15 @@ class Controller {
   absl::Status Writable();
 
   // --- JobService ---
-  void Submit(const std::string& user, v1::SubmitJobRequest request,
+  // `who` names the job's user; what they may ask of a queue depends on
+  // their groups and whether they are an admin (queue_access.h).
+  void Submit(const scheduler::Submitter& who, v1::SubmitJobRequest request,
               std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
+  // Admins only (the service checks): sets the priority of a job that has
+  // not ended; NOT_FOUND, FAILED_PRECONDITION for one that has ended.
+  void SetPriority(const std::string& admin,
+                   const v1::SetJobPriorityRequest& request,
+                   std::function<void(absl::StatusOr<v1::Job>)> done);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   
   // The job, its place in the queue and what is ahead of it (O(pending)).
@@ -439,7 +447,7 @@ class Controller {
 
   // A dry run of a submit: the pass as it would be with the job in the
   // queue; stores nothing.
-  void DryRunJob(const std::string& user, v1::JobSpec spec,
+  void DryRunJob(const scheduler::Submitter& who, v1::JobSpec spec,
                  std::function<void(absl::StatusOr<v1::SubmitJobResponse>)>
                      done) ABSL_LOCKS_EXCLUDED(mu_);
   // Sizes a job from its model (or an xl-train job from its MLP): fills the
@@ -475,10 +483,12 @@ class Controller {
   // "default"; nullptr when there is no such queue.
   const v1::QueueSpec* QueueSpecOf(const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // At submit: the queue exists, the job's priority and time limit are
-  // within its limits (a missing time limit gets the queue's default), the
-  // user has room for another pending job there.
-  absl::Status ApplyQueueToSpec(const std::string& user, v1::JobSpec* spec)
+  // At submit: the queue exists and admits `who` at the job's priority
+  // (queue_access.h), the time limit is within its limits (a missing time
+  // limit gets the queue's default), the user has room for another pending
+  // job there.
+  absl::Status ApplyQueueToSpec(const scheduler::Submitter& who,
+                                v1::JobSpec* spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts running jobs' GPU time since the last call into usage, and
   // stores usage when due.

@@ -11,6 +11,7 @@
 #include "common/duration.h"
 #include "common/planner/planner.h"
 #include "common/status.h"
+#include "common/text.h"
 #include "server/control/controller.h"
 #include "server/control/telemetry.h"
 #include "server/scheduler/job_spec.h"
@@ -75,8 +76,9 @@ v1::Job Controller::Visible(const JobRecord& rec) const {
 }
 
 void Controller::Submit(
-    const std::string& user, v1::SubmitJobRequest request,
+    const scheduler::Submitter& who, v1::SubmitJobRequest request,
     std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
+  const std::string& user = who.user;
   if (opts_.telemetry != nullptr && !request.dry_run()) {
     done = [done = std::move(done), telemetry = opts_.telemetry,
             clock = clock_, start = clock_->MonotonicNow()](
@@ -97,7 +99,7 @@ void Controller::Submit(
     return;
   }
   if (request.dry_run()) {
-    DryRunJob(user, std::move(spec), std::move(done));
+    DryRunJob(who, std::move(spec), std::move(done));
     return;
   }
   const std::string key = request.idempotency_key();
@@ -145,7 +147,7 @@ void Controller::Submit(
       return;
     } else if (absl::Status d = CheckDependencies(spec); !d.ok()) {
       refused = std::move(d);
-    } else if (absl::Status q = ApplyQueueToSpec(user, &spec); !q.ok()) {
+    } else if (absl::Status q = ApplyQueueToSpec(who, &spec); !q.ok()) {
       refused = std::move(q);
     } else if (absl::Status q = quota_.Admit(
                    user, jobs_.PendingOf(user) + SubmittingOf(user),
@@ -448,6 +450,66 @@ void Controller::Cancel(const std::string& user,
     }
   }
   if (!error.ok()) done(error);
+}
+
+void Controller::SetPriority(const std::string& admin,
+                             const v1::SetJobPriorityRequest& request,
+                             std::function<void(absl::StatusOr<v1::Job>)> done) {
+  if (request.job_id().empty()) {
+    done(absl::InvalidArgumentError("job_id: required; see xlctl list"));
+    return;
+  }
+  if (FindControlCharacter(request.reason()) != std::string::npos ||
+      request.reason().size() > 1024) {
+    done(absl::InvalidArgumentError(
+        "reason: at most 1024 printable characters"));
+    return;
+  }
+  absl::Status error;
+  bool unchanged = false;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* rec = jobs_.Find(request.job_id());
+    if (rec == nullptr) {
+      error = absl::NotFoundError(
+          absl::StrCat("job ", request.job_id(), " does not exist"));
+    } else if (degraded_) {
+      error = absl::UnavailableError(degraded_reason_);
+    } else if (state::JobTable::IsTerminal(rec->job.state())) {
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "job ", request.job_id(), " already ended ",
+          v1::JobState_Name(rec->job.state()),
+          "; a priority no longer matters to it"));
+    } else if (rec->job.spec().priority() == request.priority()) {
+      unchanged = true;  // a retry of a change that went through
+    } else {
+      std::string reason = absl::StrCat(
+          "priority ", rec->job.spec().priority(), " -> ", request.priority(),
+          " set by ", admin);
+      if (!request.reason().empty()) {
+        absl::StrAppend(&reason, ": ", request.reason());
+      }
+      rec->job.mutable_spec()->set_priority(request.priority());
+      v1::JobEvent e = jobs_.Note(rec, reason, clock_->Now());
+      // It ranks differently from the next pass on.
+      pass_needed_ = true;
+      wake_ = true;
+      const std::string id = rec->job.id();
+      CommitJob(rec, {e}, nullptr, nullptr,
+                [this, id, done](absl::Status st) {
+                  if (!st.ok()) {
+                    done(st);
+                    return;
+                  }
+                  done(GetJob(id));
+                });
+    }
+  }
+  if (!error.ok()) {
+    done(error);
+  } else if (unchanged) {
+    done(GetJob(request.job_id()));
+  }
 }
 
 v1::GetQueueResponse Controller::GetQueue() {

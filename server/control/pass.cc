@@ -500,15 +500,16 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
 }
 
 void Controller::DryRunJob(
-    const std::string& user, v1::JobSpec spec,
+    const scheduler::Submitter& who, v1::JobSpec spec,
     std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
+  const std::string& user = who.user;
   scheduler::ClusterSnapshot snapshot;
   std::vector<scheduler::JobRequest> queue;
   const std::string kId = "dry-run";
   {
     absl::MutexLock lock(&mu_);
     absl::Status refused = CheckDependencies(spec);
-    if (refused.ok()) refused = ApplyQueueToSpec(user, &spec);
+    if (refused.ok()) refused = ApplyQueueToSpec(who, &spec);
     // Dry runs cost a pass: one at a time, and they count against the
     // submit rate.
     if (refused.ok() && dry_run_in_flight_) {

@@ -51,8 +51,9 @@ void Controller::SetPolicy(const v1::QueueSpec& spec) {
   }
 }
 
-absl::Status Controller::ApplyQueueToSpec(const std::string& user,
+absl::Status Controller::ApplyQueueToSpec(const scheduler::Submitter& who,
                                           v1::JobSpec* spec) {
+  const std::string& user = who.user;
   const v1::QueueSpec* q = QueueSpecOf(spec->queue());
   if (q == nullptr) {
     std::vector<std::string> names;
@@ -68,12 +69,7 @@ absl::Status Controller::ApplyQueueToSpec(const std::string& user,
         " (xlctl queue list); submit to one of them, or ask an admin to "
         "create it (xlctl queue set ", spec->queue(), ")"));
   }
-  if (q->has_max_priority() && spec->priority() > q->max_priority().value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "priority: ", spec->priority(), " is above queue ", q->name(),
-        "'s max_priority ", q->max_priority().value(), "; give ", q->max_priority().value(),
-        " or less"));
-  }
+  RETURN_IF_ERROR(scheduler::CheckQueueAccess(*q, who, spec->priority()));
   if (spec->has_preemptible() && !spec->preemptible().value() &&
       !q->allow_non_preemptible()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -74,7 +74,7 @@ absl::Status CheckQueueAccess(const v1::QueueSpec& q, const Submitter& who,
         "queue: ", who.user, " may not submit to queue ", q.name(),
         ", which admits ", DescribeAdmission(q),
         "; submit to a queue you are admitted to (xlctl queue list), or ask "
-        "an admin to add you (xlctl queue set ", q.name(), " --user ",
+        "an admin to add you (xlctl queue set ", q.name(), " --admit-user ",
         who.user, ")"));
   }
   const int32_t cap = UserPriorityCap(q);

@@ -10,6 +10,7 @@
 #include "common/duration.h"
 #include "common/text.h"
 #include "server/scheduler/job_spec.h"
+#include "server/scheduler/queue_access.h"
 
 namespace xl::scheduler {
 namespace {
@@ -179,6 +180,7 @@ absl::Status ValidateQueueSpec(v1::QueueSpec* spec) {
   if (spec->max_pending_jobs_per_user() < 0) {
     return Bad("max_pending_jobs_per_user", "give 0 (no limit) or more");
   }
+  if (absl::Status s = ValidateQueueAdmission(*spec); !s.ok()) return s;
   return CheckNoControlCharacters(*spec, "queue");
 }
 

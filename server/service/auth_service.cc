@@ -26,6 +26,7 @@ v1::TokenInfo ToProto(const auth::TokenInfo& t) {
     *out.mutable_revoke_time() = ToProtoTime(t.revoked);
   }
   out.set_used_by(t.used_by);
+  for (const std::string& g : t.groups) out.add_groups(g);
   return out;
 }
 
@@ -56,6 +57,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::WhoAmI(
     response->set_name(who->name);
     response->set_kind(who->is_node() ? "node" : "user");
     response->set_admin(who->admin);
+    for (const std::string& g : who->groups) response->add_groups(g);
     response->set_auth_enabled(auth_->enabled());
     response->set_warning(auth_->warning());
   }
@@ -80,7 +82,9 @@ grpc::ServerUnaryReactor* AuthServiceImpl::CreateToken(
   if (request->never_expires()) ttl = absl::InfiniteDuration();
   auto made = auth_->tokens()->Create(
       request->join() ? auth::kJoinToken : auth::kUserToken, request->user(),
-      request->admin(), ttl, absl::Now());
+      request->admin(), ttl, absl::Now(),
+      std::vector<std::string>(request->groups().begin(),
+                               request->groups().end()));
   if (made.ok()) {
     *response->mutable_info() = ToProto(made->first);
     response->set_token(made->second);

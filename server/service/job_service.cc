@@ -57,7 +57,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
     return reactor;
   }
   controller_->Submit(
-      who->name, *request,
+      scheduler::Submitter{who->name, who->groups, who->admin}, *request,
       [reactor, response](absl::StatusOr<v1::SubmitJobResponse> result) {
         FinishWith(reactor, std::move(result), response);
       });
@@ -133,6 +133,29 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
                         }
                         reactor->Finish(ToGrpcStatus(job.status()));
                       });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::SetJobPriority(
+    grpc::CallbackServerContext* ctx, const v1::SetJobPriorityRequest* request,
+    v1::Job* response) {
+  auto* reactor = ctx->DefaultReactor();
+  auto who = User(auth_, ctx, "set priority");
+  absl::Status allowed = who.status();
+  if (allowed.ok()) {
+    allowed = auth::RequireAdmin(
+        *who, absl::StrCat("set the priority of job ", request->job_id(),
+                           " (users may lower theirs only by resubmitting)"));
+  }
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
+  controller_->SetPriority(who->name, *request,
+                           [reactor, response](absl::StatusOr<v1::Job> job) {
+                             if (job.ok()) *response = *job;
+                             reactor->Finish(ToGrpcStatus(job.status()));
+                           });
   return reactor;
 }
 

@@ -41,6 +41,9 @@ class JobServiceImpl : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
+  grpc::ServerUnaryReactor* SetJobPriority(
+      grpc::CallbackServerContext* ctx,
+      const v1::SetJobPriorityRequest* request, v1::Job* response) override;
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(
       grpc::CallbackServerContext* ctx,
       const v1::WatchJobRequest* request) override;

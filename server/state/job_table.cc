@@ -123,6 +123,21 @@ absl::StatusOr<v1::JobEvent> JobTable::Transition(JobRecord* rec,
   return e;
 }
 
+v1::JobEvent JobTable::Note(JobRecord* rec, const std::string& reason,
+                            absl::Time now_wall) {
+  const v1::Job& job = rec->job;
+  v1::JobEvent e;
+  e.set_job_id(job.id());
+  e.set_seq(rec->events.empty() ? 1 : rec->events.back().seq() + 1);
+  *e.mutable_time() = ToProtoTime(now_wall);
+  e.set_from_state(job.state());
+  e.set_to_state(job.state());
+  e.set_attempt(job.attempt());
+  e.set_reason(reason);
+  rec->events.push_back(e);
+  return e;
+}
+
 std::shared_ptr<const v1::ResourceRequest> JobTable::Intern(
     const v1::ResourceRequest& request) {
   // Drop what no job shares any more, now and then, so the map stays the

@@ -118,6 +118,11 @@ class JobTable {
   absl::StatusOr<v1::JobEvent> Transition(JobRecord* rec, v1::JobState to,
                                           const std::string& reason,
                                           absl::Time now_wall);
+  // Records an event that changes no state (from_state == to_state): a
+  // new priority, output dropped past the job's budget. Returned; not yet
+  // committed.
+  v1::JobEvent Note(JobRecord* rec, const std::string& reason,
+                    absl::Time now_wall);
 
   // One shared object per distinct request.
   std::shared_ptr<const v1::ResourceRequest> Intern(

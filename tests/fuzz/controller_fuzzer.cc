@@ -240,7 +240,9 @@ void World::Run(uint8_t op, const std::string& payload) {
       v1::JobSpec validated = req.spec();
       const bool valid = scheduler::ValidateJobSpec(&validated).ok();
       Answer<absl::StatusOr<v1::SubmitJobResponse>> answer;
-      controller_->Submit(user, req, answer.Callback());
+      // alice submits as an admin, bob as a user (queue rules apply).
+      controller_->Submit(scheduler::Submitter{user, {}, !second}, req,
+                          answer.Callback());
       auto resp = answer.Wait("SubmitJob");
       if (!resp.ok()) {
         CheckCode(resp.status(), "SubmitJob");

@@ -328,6 +328,50 @@ TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
     v1::SubmitJobResponse resp;
     return Jobs(w).SubmitJob(c, req, &resp);
   });
+  {
+    // A queue only alice (and admins) may submit to, with a cap of 5.
+    v1::PutQueueRequest req;
+    req.mutable_spec()->set_name("alices");
+    req.mutable_spec()->add_users("alice");
+    req.mutable_spec()->mutable_max_priority()->set_value(5);
+    v1::Queue resp;
+    auto ctx = Context(kAdmin);
+    grpc::Status st =
+        v1::QueueService::Stub(channel_[kAdmin]).PutQueue(ctx.get(), req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  auto submit_in = [&](const std::string& queue, int priority) {
+    return [this, queue, priority](int w, grpc::ClientContext* c) {
+      v1::SubmitJobRequest req;
+      req.mutable_spec()->add_command("/bin/true");
+      req.mutable_spec()->set_queue(queue);
+      req.mutable_spec()->set_priority(priority);
+      req.mutable_spec()->mutable_resources()->set_nodes(2);
+      v1::SubmitJobResponse resp;
+      return Jobs(w).SubmitJob(c, req, &resp);
+    };
+  };
+  // Priority and queues are permissions (finding F1): above the default
+  // queue's cap of 0 only admins; a queue that admits alice, alice and
+  // admins; within a queue's cap, every user it admits.
+  unary("JobService.SubmitJob (priority 7 in default)", kAdminOnly,
+        submit_in("default", 7));
+  unary("JobService.SubmitJob (queue admitting alice)", kOwnerOnly,
+        submit_in("alices", 0));
+  unary("JobService.SubmitJob (priority 5 within alices' cap)", kOwnerOnly,
+        submit_in("alices", 5));
+  unary("JobService.SubmitJob (priority 6 above alices' cap)", kAdminOnly,
+        submit_in("alices", 6));
+  unary("JobService.SetJobPriority", kAdminOnly,
+        [&](int w, grpc::ClientContext* c) {
+          v1::SetJobPriorityRequest req;
+          req.set_job_id(job);
+          req.set_priority(100 + w);
+          v1::Job resp;
+          grpc::Status st = Jobs(w).SetJobPriority(c, req, &resp);
+          if (st.ok()) EXPECT_EQ(resp.spec().priority(), 100 + w);
+          return st;
+        });
   unary("JobService.GetJob", kAnyUser, [&](int w, grpc::ClientContext* c) {
     v1::GetJobRequest req;
     req.set_job_id(job);

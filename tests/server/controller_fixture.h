@@ -172,7 +172,8 @@ class ControllerTest : public ::testing::Test {
     absl::Mutex mu;
     bool done = false;
     absl::StatusOr<v1::SubmitJobResponse> out;
-    controller_->Submit(user_, req, [&](absl::StatusOr<v1::SubmitJobResponse> r) {
+    controller_->Submit(scheduler::Submitter{user_, groups_, admin_}, req,
+                        [&](absl::StatusOr<v1::SubmitJobResponse> r) {
       absl::MutexLock lock(&mu);
       out = std::move(r);
       done = true;
@@ -235,8 +236,11 @@ class ControllerTest : public ::testing::Test {
 
   FakeClock clock_;
   // Who Submit() submits as, and the limits Open() gives the controller
-  // (none unless a test sets them).
+  // (none unless a test sets them). An admin, as every caller is with auth
+  // off, unless a test says otherwise.
   std::string user_ = "alice";
+  std::vector<std::string> groups_;
+  bool admin_ = true;
   state::SubmitLimits submit_limits_{/*max_pending=*/0, /*rate=*/0,
                                      /*burst=*/1};
   std::string dir_;

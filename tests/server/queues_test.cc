@@ -156,7 +156,73 @@ TEST_F(QueuesTest, ChangesAreVersionedRecordedAndSurviveRestart) {
   EXPECT_FALSE(all->queues(0).defined());
 }
 
+// A queue is a permission: mallory cannot submit into a team's queue nor
+// above her cap there, and a refused submit stores nothing. Only an admin
+// gives a job another priority, and the change is one of its events.
+TEST_F(QueuesTest, QueuesAdmitTheirOwnAndPriorityIsTheAdminsToGive) {
+  v1::QueueSpec research = Spec("research", 1);
+  research.add_users("alice");
+  research.add_groups("ml");
+  research.mutable_max_priority()->set_value(5);
+  ASSERT_TRUE(Put(research).ok());
+  admin_ = false;
+  user_ = "mallory";
+  auto outside = SubmitTo("research", 1);
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kPermissionDenied)
+      << outside.status();
+  auto high = SubmitTo("default", 1, /*priority=*/2147483647);
+  EXPECT_EQ(high.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
+  groups_ = {"ml"};  // her token says she is in ml now
+  EXPECT_TRUE(SubmitTo("research", 1, 5).ok());
+  EXPECT_EQ(SubmitTo("research", 1, 6).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  user_ = "alice";
+  groups_.clear();
+  auto alices = SubmitTo("research", 1, 3);
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  const std::string id = alices->job_id();
+
+  auto set = [&](int priority) {
+    absl::Mutex mu;
+    bool done = false;
+    absl::StatusOr<v1::Job> out;
+    v1::SetJobPriorityRequest req;
+    req.set_job_id(id);
+    req.set_priority(priority);
+    req.set_reason("deadline");
+    controller_->SetPriority("root", req, [&](absl::StatusOr<v1::Job> j) {
+      absl::MutexLock lock(&mu);
+      out = std::move(j);
+      done = true;
+    });
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    return out;
+  };
+  auto raised = set(100);
+  ASSERT_TRUE(raised.ok()) << raised.status();
+  EXPECT_EQ(raised->spec().priority(), 100);
+  std::vector<v1::JobEvent> events;
+  bool finished = false;
+  ASSERT_TRUE(controller_->ReadEvents(id, 0, &events, &finished).ok());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].reason(), "priority 3 -> 100 set by root: deadline");
+  EXPECT_EQ(events[1].from_state(), events[1].to_state());
+  // Again: nothing new (a retry of a change that went through).
+  ASSERT_TRUE(set(100).ok());
+  events.clear();
+  ASSERT_TRUE(controller_->ReadEvents(id, 0, &events, &finished).ok());
+  EXPECT_EQ(events.size(), 2u);
+  // It survives a restart.
+  Open();
+  EXPECT_EQ(controller_->GetJob(id)->spec().priority(), 100);
+  ASSERT_TRUE(CancelSync(id).ok());
+  EXPECT_EQ(set(1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(QueuesTest, SubmitChecksTheQueue) {
+  admin_ = false;  // a queue's caps bind users, not admins
   v1::QueueSpec spec = Spec("short", 1);
   spec.mutable_default_time_limit()->set_seconds(600);
   spec.mutable_max_time_limit()->set_seconds(3600);
@@ -174,7 +240,7 @@ TEST_F(QueuesTest, SubmitChecksTheQueue) {
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(too_long.status().message().rfind("time_limit:", 0), 0u);
   auto too_high = SubmitTo("short", 1, /*priority=*/11);
-  EXPECT_EQ(too_high.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_high.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(too_high.status().message().rfind("priority:", 0), 0u);
   v1::QueueSpec capped = Spec("capped", 1);
   capped.set_max_running_gpus_per_user(4);
