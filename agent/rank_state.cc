@@ -438,7 +438,8 @@ void Supervisor::AppendOutput(Process& process, Output& output,
       start = nl + 1;
     }
     output.pending.erase(0, start);
-    if (output.pending.size() > (1u << 20)) output.pending.clear();
+    // A line this long is no metrics point (the scheduler keeps 16 KiB).
+    if (output.pending.size() > (64u << 10)) output.pending.clear();
     return;
   }
   const bool had_pending = !output.pending.empty();

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "agent/log.h"
 #include "common/duration.h"
+#include "common/limits.h"
 #include "common/status.h"
 
 namespace xl::agent {
@@ -37,6 +38,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
       static_cast<int>(absl::ToInt64Milliseconds(options.initial_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options.max_backoff)));
+  // What the scheduler may send (a StartRanks of a large job): a message
+  // over gRPC's default of 4 MiB would end the session again and again.
+  args.SetMaxReceiveMessageSize(kMaxSchedulerToAgentBytes);
   return grpc::CreateCustomChannel(
       options.scheduler,
       options.credentials != nullptr ? options.credentials

@@ -185,6 +185,13 @@ int main(int argc, char** argv) {
                  "keep at most this many bytes of finished jobs' output; the "
                  "oldest go first")
       ->capture_default_str();
+  app.add_option("--max-output-bytes-per-job",
+                 opts.controller.max_output_bytes_per_job,
+                 "what one job's stored logs, metrics and events may weigh; "
+                 "past it the oldest are dropped as new output comes (the "
+                 "job's events say so)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 50));
   app.add_option("--reservations", opts.controller.reservations,
                  "how many blocked jobs get reservations (backfill): the "
                  "nodes and time each could start on, from running jobs' "
@@ -265,6 +272,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-pending-per-user", limits.max_pending,
                  "PENDING jobs one user may have; more submits get "
                  "RESOURCE_EXHAUSTED (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-pending-bytes-per-user", limits.max_pending_bytes,
+                 "bytes the specs of one user's PENDING jobs may hold (their "
+                 "env and command mostly); more get RESOURCE_EXHAUSTED (0: "
+                 "no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--submit-rate-per-user", limits.rate,

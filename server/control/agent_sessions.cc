@@ -228,7 +228,7 @@ bool Controller::RankWasOnNode(const NodeRecord& node, const JobRecord& rec,
 bool Controller::OutputBehind(const JobRecord& rec,
                               const v1::RankStatus& st) const {
   // Output past the job's quota is dropped: nothing more will come.
-  if (st.state() != v1::RANK_EXITED || rec.log_capped) return false;
+  if (st.state() != v1::RANK_EXITED) return false;
   auto stored = [&](v1::LogStream stream) -> int64_t {
     if (rec.log_ends_attempt != st.attempt()) return 0;
     auto it = rec.log_ends.find({st.rank(), stream});

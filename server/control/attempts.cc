@@ -214,6 +214,8 @@ void Controller::EndJob(JobRecord* rec, v1::JobState to,
                         const std::string& reason,
                         std::function<void(absl::Status)> answer) {
   const bool was_active = state::JobTable::IsActive(rec->job.state());
+  // The training's last point is kept.
+  StoreMetrics(rec);
   Sends stops;
   if (was_active && to != v1::SUCCEEDED) stops = StopMessages(*rec, reason);
   auto e = Transition(rec, to, reason);
@@ -233,6 +235,7 @@ void Controller::EndJob(JobRecord* rec, v1::JobState to,
 void Controller::FailAttempt(JobRecord* rec, const std::string& why,
                              bool spend_retry, absl::Duration fence,
                              bool preempted) {
+  StoreMetrics(rec);  // the attempt's last point is kept
   v1::Job& job = rec->job;
   const int used = job.retries_used();
   if (spend_retry && used >= job.spec().max_retries()) {

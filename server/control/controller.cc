@@ -87,8 +87,10 @@ void Controller::LoadModel(store::StoredState state) {
     if (token != state.tokens.end()) rec.token = token->second;
     auto bytes = state.log_bytes.find(id);
     if (bytes != state.log_bytes.end()) rec.log_bytes = bytes->second;
-    // Output past the quota is dropped: no exit waits for it.
-    rec.log_capped = rec.log_bytes >= opts_.max_log_bytes_per_job;
+    auto metrics = state.metrics_bytes.find(id);
+    if (metrics != state.metrics_bytes.end()) {
+      rec.metrics_bytes = metrics->second;
+    }
     rec.log_ends_attempt = rec.job.attempt();
     for (auto it = state.log_ends.lower_bound({id, rec.job.attempt(), 0, 0});
          it != state.log_ends.end() && std::get<0>(it->first) == id &&
@@ -344,6 +346,7 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
   CheckLiveness();
   CheckTimeLimits();
   CheckParkedExits();
+  StoreDueMetrics();
   AccrueUsage();
   const absl::Time now = clock_->MonotonicNow();
   if (now >= next_retention_mono_) {

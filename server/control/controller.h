@@ -86,9 +86,10 @@ struct ControllerOptions {
   // Finished jobs and their output are forgotten by this policy.
   RetentionPolicy retention;
   absl::Duration retention_interval = absl::Minutes(1);
-  // A job's output beyond this is dropped (with one line saying so), so one
-  // job cannot fill the scheduler's disk.
-  int64_t max_log_bytes_per_job = int64_t{1} << 30;
+  // What a job's stored output (logs and metrics) may weigh, so that no job
+  // can fill the scheduler's disk: past it the oldest goes as new output
+  // comes (its events say so once).
+  int64_t max_output_bytes_per_job = int64_t{1} << 30;
   // A rank's exit is acted on once the output the agent says the rank wrote
   // before it (RankStatus.stdout_bytes, stderr_bytes) is stored, or after
   // waiting this long for it (the output was lost: an agent that dropped
@@ -413,6 +414,21 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parked exits past their wait are acted on (Tick).
   void CheckParkedExits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the job's stored output weighs against its budget: logs, metrics
+  // and events, less trims on their way.
+  int64_t OutputBytes(const JobRecord& rec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes of the job's oldest output to delete with a write of `adding`
+  // more (0 within its budget); the first time, an event says so.
+  int64_t TrimFor(JobRecord* rec, int64_t adding)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A trim of `asked` bytes committed, freeing `trimmed`.
+  void Trimmed(int64_t id, int64_t asked, const store::Tx::Trimmed& trimmed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores the job's latest metrics point not stored yet.
+  void StoreMetrics(JobRecord* rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StoreMetrics for jobs whose second is up (Tick).
+  void StoreDueMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of `rec` failed on `node`: the next attempt avoids the node for
   // a while; a failure to start the agent puts down to the node counts
   // against it, and the node is drained once enough different jobs failed
@@ -554,11 +570,17 @@ class Controller {
   // Per-user submit limits, and each user's accepted submits not yet
   // committed (they count as pending).
   state::SubmitQuota quota_ ABSL_GUARDED_BY(mu_);
+  // Jobs with a metrics point waiting for its second (StoreDueMetrics).
+  std::set<int64_t> metrics_due_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> submitting_ ABSL_GUARDED_BY(mu_);
+  // ... and their specs' bytes.
+  std::map<std::string, int64_t> submitting_bytes_ ABSL_GUARDED_BY(mu_);
   int64_t SubmittingOf(const std::string& user) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DoneSubmitting(const std::string& user, const std::string& queue)
+  int64_t SubmittingBytesOf(const std::string& user) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DoneSubmitting(const std::string& user, const std::string& queue,
+                      int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // (queue, user) -> accepted submits not yet committed.
   std::map<std::pair<std::string, std::string>, int64_t> submitting_queue_
       ABSL_GUARDED_BY(mu_);

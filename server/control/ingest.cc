@@ -13,6 +13,53 @@
 
 namespace xl::control {
 
+namespace {
+
+// A metrics point is a few hundred bytes; a rank writing more (thousands of
+// buckets) has its extra buckets dropped, and a point still over this is
+// not kept at all.
+constexpr int kMaxBucketsPerPoint = 64;
+constexpr size_t kMaxMetricsPointBytes = 16 << 10;
+
+}  // namespace
+
+int64_t Controller::OutputBytes(const JobRecord& rec) const {
+  int64_t events = 0;
+  for (const auto& e : rec.events) events += e.ByteSizeLong();
+  return rec.log_bytes + rec.metrics_bytes + events - rec.trim_in_flight;
+}
+
+int64_t Controller::TrimFor(JobRecord* rec, int64_t adding) {
+  const int64_t budget = opts_.max_output_bytes_per_job;
+  const int64_t used = OutputBytes(*rec);
+  if (used + adding <= budget) return 0;
+  // A tenth of the budget at a time: a job at its budget trims now and
+  // then, not at every chunk.
+  const int64_t trim = used + adding - budget + budget / 10;
+  rec->trim_in_flight += trim;
+  if (!rec->output_trimmed) {
+    rec->output_trimmed = true;
+    v1::JobEvent e = jobs_.Note(
+        rec,
+        absl::StrCat("its output passed its budget of ", HumanBytes(budget),
+                     " (--max-output-bytes-per-job): the oldest logs and "
+                     "metrics are dropped as new output comes"),
+        clock_->Now());
+    CommitJob(rec, {e}, nullptr, nullptr);
+  }
+  return trim;
+}
+
+void Controller::Trimmed(int64_t id, int64_t asked,
+                         const store::Tx::Trimmed& trimmed) {
+  JobRecord* rec = jobs_.Find(id);
+  if (rec == nullptr) return;
+  rec->trim_in_flight -= asked;
+  rec->log_bytes = std::max<int64_t>(0, rec->log_bytes - trimmed.log_bytes);
+  rec->metrics_bytes =
+      std::max<int64_t>(0, rec->metrics_bytes - trimmed.metrics_bytes);
+}
+
 void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
   // Each chunk is acknowledged once stored (or known not to matter); the
   // agent sends unacknowledged ones again after a reconnect. seq 0: an agent
@@ -27,29 +74,25 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
     if (msg.seq() != 0) node->conn->Send(ack);
     return;
   }
-  if (rec->log_bytes >= opts_.max_log_bytes_per_job) {
-    // Over the job's quota: dropped (acknowledged), once with a line that
-    // says so.
-    if (rec->log_capped) {
-      if (msg.seq() != 0) node->conn->Send(ack);
-      return;
-    }
-    rec->log_capped = true;
-  }
   auto chunk = std::make_shared<v1::LogChunk>(log);
-  if (rec->log_capped) {
-    chunk->set_end_offset(0);
-    chunk->set_data(absl::StrCat(
-        "[xl: output of this job past ", HumanBytes(opts_.max_log_bytes_per_job),
-        " is dropped; write large output to files]\n"));
-  }
   if (!chunk->has_time()) *chunk->mutable_time() = ToProtoTime(clock_->Now());
   const int64_t id = rec->id;
+  const int64_t size = static_cast<int64_t>(chunk->data().size());
+  // Counted now, so that chunks queued behind it see it.
+  rec->log_bytes += size;
+  const int64_t trim = TrimFor(rec, 0);
+  auto trimmed = std::make_shared<store::Tx::Trimmed>();
   std::weak_ptr<AgentConnection> weak = node->conn;
   const uint64_t generation = generation_;
   store_->Write(
-      [chunk](store::Tx& tx) { return tx.AppendLog(chunk.get()); },
-      [this, id, weak, ack, chunk, generation](absl::Status st) {
+      [chunk, id, trim, trimmed](store::Tx& tx) -> absl::Status {
+        if (trim > 0) {
+          ASSIGN_OR_RETURN(*trimmed, tx.TrimOutput(id, trim));
+        }
+        return tx.AppendLog(chunk.get());
+      },
+      [this, id, weak, ack, chunk, generation, size, trim,
+       trimmed](absl::Status st) {
         auto conn = weak.lock();
         if (!st.ok()) {
           EnterDegraded(st);
@@ -64,9 +107,9 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
           absl::MutexLock lock(&mu_);
           if (generation != generation_) return;  // resent after the reload
           if (JobRecord* rec = jobs_.Find(id); rec != nullptr) {
-            if (chunk->seq() != 0) {
-              rec->log_bytes += static_cast<int64_t>(chunk->data().size());
-            }
+            // A chunk sent again is stored once: it weighs nothing more.
+            if (chunk->seq() == 0) rec->log_bytes -= size;
+            Trimmed(id, trim, *trimmed);
             // How far the rank's output is stored (a chunk sent again is
             // stored once, but counts here too).
             if (chunk->end_offset() > 0 &&
@@ -93,15 +136,67 @@ void Controller::HandleMetrics(NodeRecord* node, const v1::TrainMetrics& m) {
       !RankWasOnNode(*node, *rec, m.attempt(), m.rank())) {
     return;
   }
-  *rec->job.mutable_metrics() = m;
-  const absl::Time now = clock_->MonotonicNow();
-  // About one stored point a second, and always the last step.
-  if (now - rec->metrics_stored_mono < absl::Seconds(1) &&
-      m.step() != m.total_steps()) {
-    return;
+  auto point = std::make_shared<v1::TrainMetrics>(m);
+  if (point->allreduce_buckets_size() > kMaxBucketsPerPoint) {
+    point->mutable_allreduce_buckets()->DeleteSubrange(
+        kMaxBucketsPerPoint,
+        point->allreduce_buckets_size() - kMaxBucketsPerPoint);
   }
-  rec->metrics_stored_mono = now;
-  Commit([m](store::Tx& tx) { return tx.AppendMetrics(m); }, nullptr);
+  if (point->ByteSizeLong() > kMaxMetricsPointBytes) return;
+  *rec->job.mutable_metrics() = *point;
+  // At most one stored point a second, whatever the point says of itself
+  // (its step fields are the rank's to set); the latest waits for its turn
+  // (Tick), or for the job's end.
+  rec->metrics_unstored = std::move(point);
+  metrics_due_.insert(rec->id);
+  if (clock_->MonotonicNow() - rec->metrics_stored_mono >= absl::Seconds(1)) {
+    StoreMetrics(rec);
+  }
+}
+
+void Controller::StoreMetrics(JobRecord* rec) {
+  metrics_due_.erase(rec->id);
+  if (rec->metrics_unstored == nullptr) return;
+  std::shared_ptr<const v1::TrainMetrics> point =
+      std::move(rec->metrics_unstored);
+  rec->metrics_unstored = nullptr;
+  rec->metrics_stored_mono = clock_->MonotonicNow();
+  const int64_t size = static_cast<int64_t>(point->ByteSizeLong());
+  rec->metrics_bytes += size;
+  const int64_t trim = TrimFor(rec, 0);
+  const int64_t id = rec->id;
+  auto trimmed = std::make_shared<store::Tx::Trimmed>();
+  Commit(
+      [point, id, trim, trimmed](store::Tx& tx) -> absl::Status {
+        if (trim > 0) {
+          ASSIGN_OR_RETURN(*trimmed, tx.TrimOutput(id, trim));
+        }
+        return tx.AppendMetrics(*point);
+      },
+      [this, id, trim, trimmed] {
+        absl::MutexLock lock(&mu_);
+        Trimmed(id, trim, *trimmed);
+      });
+}
+
+void Controller::StoreDueMetrics() {
+  if (metrics_due_.empty()) return;
+  const absl::Time now = clock_->MonotonicNow();
+  std::vector<int64_t> due;
+  for (int64_t id : metrics_due_) {
+    const JobRecord* rec = jobs_.Find(id);
+    if (rec == nullptr || rec->metrics_unstored == nullptr ||
+        now - rec->metrics_stored_mono >= absl::Seconds(1)) {
+      due.push_back(id);
+    }
+  }
+  for (int64_t id : due) {
+    if (JobRecord* rec = jobs_.Find(id)) {
+      StoreMetrics(rec);
+    } else {
+      metrics_due_.erase(id);
+    }
+  }
 }
 
 }  // namespace xl::control

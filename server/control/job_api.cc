@@ -109,6 +109,7 @@ void Controller::Submit(
     return;
   }
   const std::string scoped_key = state::JobTable::ScopedKey(user, key);
+  const int64_t spec_bytes = state::JobTable::SpecBytes(spec);
   auto rec = std::make_shared<JobRecord>();
   absl::Status refused;
   uint64_t generation = 0;
@@ -149,6 +150,12 @@ void Controller::Submit(
       refused = std::move(d);
     } else if (absl::Status q = ApplyQueueToSpec(who, &spec); !q.ok()) {
       refused = std::move(q);
+    } else if (absl::Status q = quota_.AdmitBytes(
+                   user,
+                   jobs_.PendingBytesOf(user) + SubmittingBytesOf(user),
+                   spec_bytes);
+               !q.ok()) {
+      refused = std::move(q);
     } else if (absl::Status q = quota_.Admit(
                    user, jobs_.PendingOf(user) + SubmittingOf(user),
                    clock_->MonotonicNow());
@@ -156,6 +163,7 @@ void Controller::Submit(
       refused = std::move(q);
     } else {
       ++submitting_[user];
+      submitting_bytes_[user] += spec_bytes;
       ++submitting_queue_[{spec.queue(), user}];
       const int64_t id = jobs_.TakeId();
       rec->id = id;
@@ -197,14 +205,15 @@ void Controller::Submit(
         RETURN_IF_ERROR(tx.PutJob(rec->job));
         return tx.AddEvent(rec->events[0]);
       },
-      [this, rec, key, scoped_key, user, generation, done](absl::Status st) {
+      [this, rec, key, scoped_key, user, generation, spec_bytes,
+       done](absl::Status st) {
         const int64_t id = rec->id;
         if (!st.ok()) {
           EnterDegraded(st);
           {
             absl::MutexLock lock(&mu_);
             uncommitted_.erase(id);
-            DoneSubmitting(user, rec->job.spec().queue());
+            DoneSubmitting(user, rec->job.spec().queue(), spec_bytes);
             auto it = jobs_.keys().find(scoped_key);
             if (!key.empty() && it != jobs_.keys().end() && it->second == id) {
               jobs_.keys().erase(it);
@@ -219,7 +228,7 @@ void Controller::Submit(
         {
           absl::MutexLock lock(&mu_);
           uncommitted_.erase(id);
-          DoneSubmitting(user, rec->job.spec().queue());
+          DoneSubmitting(user, rec->job.spec().queue(), spec_bytes);
           // After a reload the store already gave the model this job.
           if (generation == generation_ && jobs_.Find(id) == nullptr) {
             rec->committed_event_seq = 1;
@@ -247,10 +256,19 @@ int64_t Controller::SubmittingOf(const std::string& user) const {
   return it == submitting_.end() ? 0 : it->second;
 }
 
+int64_t Controller::SubmittingBytesOf(const std::string& user) const {
+  auto it = submitting_bytes_.find(user);
+  return it == submitting_bytes_.end() ? 0 : it->second;
+}
+
 void Controller::DoneSubmitting(const std::string& user,
-                                const std::string& queue) {
+                                const std::string& queue, int64_t bytes) {
   auto it = submitting_.find(user);
   if (it != submitting_.end() && --it->second <= 0) submitting_.erase(it);
+  auto b = submitting_bytes_.find(user);
+  if (b != submitting_bytes_.end() && (b->second -= bytes) <= 0) {
+    submitting_bytes_.erase(b);
+  }
   auto q = submitting_queue_.find({queue, user});
   if (q != submitting_queue_.end() && --q->second <= 0) {
     submitting_queue_.erase(q);
@@ -489,7 +507,7 @@ void Controller::SetPriority(const std::string& admin,
       if (!request.reason().empty()) {
         absl::StrAppend(&reason, ": ", request.reason());
       }
-      rec->job.mutable_spec()->set_priority(request.priority());
+      jobs_.SetPriority(rec, request.priority());
       v1::JobEvent e = jobs_.Note(rec, reason, clock_->Now());
       // It ranks differently from the next pass on.
       pass_needed_ = true;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/limits.h"
 #include "common/text.h"
 
 namespace xl::scheduler {
@@ -179,6 +180,19 @@ bool IsReservedEnv(const std::string& name) {
 absl::Status ValidateJobSpec(v1::JobSpec* spec) {
   if (spec->name().size() > 128) {
     return Bad("name", "longer than 128 characters; shorten it");
+  }
+  // All of it goes to every node (StartRanks): bounded, so that no agent
+  // refuses it and no user fills the scheduler with a few jobs.
+  int64_t launch = 0;
+  for (const auto& arg : spec->command()) launch += arg.size() + 1;
+  for (const auto& [k, v] : spec->env()) launch += k.size() + v.size() + 2;
+  for (const auto& k : spec->secret_env()) launch += k.size() + 1;
+  if (launch > kMaxLaunchBytes) {
+    return Bad("env", absl::StrCat(
+                          "command and env hold ", launch, " bytes; at most ",
+                          kMaxLaunchBytes,
+                          " go to the nodes; put large data in a file the "
+                          "job reads (working_dir or a shared path)"));
   }
   // A name is a label in everyone's `xlctl list`: no control characters
   // (a newline would print a fake row, an escape would drive the terminal).

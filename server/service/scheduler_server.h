@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/limits.h"
 #include "server/control/telemetry.h"
 #include "server/service/http_gateway.h"
 #include "server/service/services.h"
@@ -52,7 +53,7 @@ struct ServerOptions {
 
 // The largest message the scheduler takes, and the largest it sends.
 inline constexpr int kMaxRequestBytes = 4 << 20;
-inline constexpr int kMaxReplyBytes = 16 << 20;
+inline constexpr int kMaxReplyBytes = kMaxSchedulerToAgentBytes;
 
 // True for 127.0.0.0/8, ::1 and localhost.
 bool IsLoopbackHost(const std::string& host);

@@ -74,6 +74,9 @@ void JobTable::CountPending(const v1::Job& job, int delta) {
   int64_t& n = pending_by_user_[job.user()];
   n += delta;
   if (n <= 0) pending_by_user_.erase(job.user());
+  int64_t& bytes = pending_bytes_by_user_[job.user()];
+  bytes += delta * SpecBytes(job.spec());
+  if (bytes <= 0) pending_bytes_by_user_.erase(job.user());
   const std::pair<std::string, std::string> key(job.spec().queue(),
                                                 job.user());
   int64_t& q = pending_by_queue_user_[key];
@@ -123,6 +126,17 @@ absl::StatusOr<v1::JobEvent> JobTable::Transition(JobRecord* rec,
   return e;
 }
 
+void JobTable::SetPriority(JobRecord* rec, int32_t priority) {
+  const bool pending =
+      pending_.erase({-rec->job.spec().priority(), rec->id}) > 0;
+  if (pending) CountPending(rec->job, -1);
+  rec->job.mutable_spec()->set_priority(priority);
+  if (pending) {
+    pending_[{-priority, rec->id}] = rec;
+    CountPending(rec->job, +1);
+  }
+}
+
 v1::JobEvent JobTable::Note(JobRecord* rec, const std::string& reason,
                             absl::Time now_wall) {
   const v1::Job& job = rec->job;
@@ -162,6 +176,7 @@ void JobTable::Clear() {
   active_.clear();
   keys_.clear();
   pending_by_user_.clear();
+  pending_bytes_by_user_.clear();
   pending_by_queue_user_.clear();
   requests_.clear();
 }

@@ -49,10 +49,16 @@ struct JobRecord {
   absl::Time start_mono = absl::InfinitePast();
   absl::Time eligible_mono = absl::InfinitePast();
   absl::Time metrics_stored_mono = absl::InfinitePast();
-  // Output stored for the job (retention by size), and whether it reached
-  // its quota.
+  // Output stored for the job (its budget, retention by size), and whether
+  // it went past its budget (said once in its events).
   int64_t log_bytes = 0;
-  bool log_capped = false;
+  int64_t metrics_bytes = 0;
+  bool output_trimmed = false;
+  // Bytes asked of trims not yet committed (counted as gone already).
+  int64_t trim_in_flight = 0;
+  // Rank 0's latest metrics point not stored yet (at most one is stored a
+  // second; the latest is stored when its second is up or the job ends).
+  std::shared_ptr<const v1::TrainMetrics> metrics_unstored;
   // Output of attempt log_ends_attempt stored so far: (rank, stream) -> the
   // highest LogChunk.end_offset.
   int32_t log_ends_attempt = 0;
@@ -118,6 +124,9 @@ class JobTable {
   absl::StatusOr<v1::JobEvent> Transition(JobRecord* rec, v1::JobState to,
                                           const std::string& reason,
                                           absl::Time now_wall);
+  // Gives the job another priority, keeping the pending order (keyed by
+  // priority) right.
+  void SetPriority(JobRecord* rec, int32_t priority);
   // Records an event that changes no state (from_state == to_state): a
   // new priority, output dropped past the job's budget. Returned; not yet
   // committed.
@@ -152,6 +161,15 @@ class JobTable {
     auto it = pending_by_user_.find(user);
     return it == pending_by_user_.end() ? 0 : it->second;
   }
+  // Bytes of the specs of `user`'s PENDING jobs (SpecBytes).
+  int64_t PendingBytesOf(const std::string& user) const {
+    auto it = pending_bytes_by_user_.find(user);
+    return it == pending_bytes_by_user_.end() ? 0 : it->second;
+  }
+  // What a job's spec weighs in the scheduler's memory and database.
+  static int64_t SpecBytes(const v1::JobSpec& spec) {
+    return static_cast<int64_t>(spec.ByteSizeLong());
+  }
   // (queue, user) -> how many of pending_ are theirs (no zero entries).
   const std::map<std::pair<std::string, std::string>, int64_t>&
   pending_by_queue_user() const {
@@ -168,8 +186,10 @@ class JobTable {
   std::map<std::pair<int, int64_t>, JobRecord*> pending_;
   std::set<int64_t> active_;
   std::map<std::string, int64_t> keys_;
-  // user -> how many of pending_ are theirs (no zero entries).
+  // user -> how many of pending_ are theirs, and their specs' bytes (no
+  // zero entries).
   std::map<std::string, int64_t> pending_by_user_;
+  std::map<std::string, int64_t> pending_bytes_by_user_;
   std::map<std::pair<std::string, std::string>, int64_t>
       pending_by_queue_user_;
   std::map<std::string, std::weak_ptr<const v1::ResourceRequest>> requests_;

@@ -24,6 +24,21 @@ void SubmitQuota::Refill(Bucket* b, absl::Time now) const {
   b->last = now;
 }
 
+absl::Status SubmitQuota::AdmitBytes(const std::string& user,
+                                     int64_t pending_bytes,
+                                     int64_t spec_bytes) const {
+  if (limits_.max_pending_bytes <= 0 ||
+      pending_bytes + spec_bytes <= limits_.max_pending_bytes) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "user ", user, "'s pending jobs hold ", pending_bytes,
+      " bytes of specs and this one ", spec_bytes, ", more than one user may ",
+      "hold (--max-pending-bytes-per-user ", limits_.max_pending_bytes,
+      "); wait for some to start or cancel some, and keep large data in "
+      "files rather than in env or command"));
+}
+
 absl::Status SubmitQuota::Admit(const std::string& user, int64_t pending,
                                 absl::Time now) {
   if (limits_.max_pending > 0 && pending >= limits_.max_pending) {

@@ -22,6 +22,10 @@ struct SubmitLimits {
   double rate = 100;
   // Submits a user may make at once before the rate applies (at least 1).
   double burst = 1000;
+  // Bytes of the specs of one user's PENDING jobs (their environment and
+  // arguments mostly); 0: no limit. 10,000 specs of 1 MiB would be 10 GiB
+  // of the scheduler's memory and database.
+  int64_t max_pending_bytes = int64_t{256} << 20;
 };
 
 class SubmitQuota {
@@ -34,6 +38,12 @@ class SubmitQuota {
   // submits not yet committed.
   absl::Status Admit(const std::string& user, int64_t pending,
                      absl::Time now);
+
+  // OK when `user`, whose pending jobs' specs hold `pending_bytes`, may
+  // add a spec of `spec_bytes`; RESOURCE_EXHAUSTED naming the limit and
+  // the numbers otherwise. Takes nothing (Admit does).
+  absl::Status AdmitBytes(const std::string& user, int64_t pending_bytes,
+                          int64_t spec_bytes) const;
 
   const SubmitLimits& limits() const { return limits_; }
   // Buckets held (full ones are dropped once there are many).

@@ -44,6 +44,7 @@ class SqliteTx : public Tx {
   absl::Status AppendLog(v1::LogChunk* chunk) override;
   absl::Status AppendMetrics(const v1::TrainMetrics& metrics) override;
   absl::Status DeleteLogs(int64_t job_id) override;
+  absl::StatusOr<Trimmed> TrimOutput(int64_t job_id, int64_t bytes) override;
   absl::Status DeleteJob(int64_t job_id) override;
   absl::Status PutQueue(const v1::Queue& queue) override;
   absl::Status DeleteQueue(const std::string& name) override;
@@ -377,6 +378,40 @@ absl::Status SqliteTx::DeleteLogs(int64_t job_id) {
   return s->Run();
 }
 
+absl::StatusOr<Tx::Trimmed> SqliteTx::TrimOutput(int64_t job_id,
+                                                 int64_t bytes) {
+  Trimmed trimmed;
+  // Oldest first, by seq: the rows to go are found by walking the job's
+  // index, then deleted in one statement.
+  for (const char* table : {"logs", "metrics"}) {
+    const int64_t want = bytes - trimmed.log_bytes - trimmed.metrics_bytes;
+    if (want <= 0) break;
+    ASSIGN_OR_RETURN(auto scan,
+                     store_->db_->Prepare(absl::StrCat(
+                         "SELECT seq, length(data) FROM ", table,
+                         " WHERE job_id = ? ORDER BY seq")));
+    scan->BindInt(1, job_id);
+    int64_t freed = 0, last = -1;
+    const absl::Status scanned = scan->ForEachRow([&]() -> absl::Status {
+      if (freed >= want) return absl::CancelledError("enough");  // stops
+      last = scan->ColumnInt(0);
+      freed += scan->ColumnInt(1);
+      return absl::OkStatus();
+    });
+    if (!scanned.ok() && !absl::IsCancelled(scanned)) return scanned;
+    if (last < 0) continue;
+    ASSIGN_OR_RETURN(auto del, store_->db_->Prepare(absl::StrCat(
+                                   "DELETE FROM ", table,
+                                   " WHERE job_id = ? AND seq <= ?")));
+    del->BindInt(1, job_id);
+    del->BindInt(2, last);
+    RETURN_IF_ERROR(del->Run());
+    (std::string(table) == "logs" ? trimmed.log_bytes
+                                  : trimmed.metrics_bytes) = freed;
+  }
+  return trimmed;
+}
+
 absl::Status SqliteTx::DeleteJob(int64_t job_id) {
   for (Statement* s :
        {store_->delete_logs_.get(), store_->delete_metrics_.get(),
@@ -523,6 +558,12 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
     }));
   }
   {
+    ASSIGN_OR_RETURN(auto m, db->Prepare("SELECT job_id, sum(length(data)) "
+                                          "FROM metrics GROUP BY job_id"));
+    RETURN_IF_ERROR(m->ForEachRow([&] {
+      state.metrics_bytes[m->ColumnInt(0)] = m->ColumnInt(1);
+      return absl::OkStatus();
+    }));
     ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job_id, sum(length(data)) "
                                           "FROM logs GROUP BY job_id"));
     RETURN_IF_ERROR(s->ForEachRow([&] {

@@ -62,6 +62,8 @@ struct StoredState {
   std::map<int64_t, std::string> tokens;
   // Job id -> bytes of stored output (for retention by size).
   std::map<int64_t, int64_t> log_bytes;
+  // job id -> bytes of its stored metrics points.
+  std::map<int64_t, int64_t> metrics_bytes;
   // Jobs scheduled or running: how far each rank's output of each attempt
   // is stored, (job id, attempt, rank, stream) -> highest end_offset.
   std::map<std::tuple<int64_t, int32_t, int32_t, int32_t>, int64_t> log_ends;
@@ -103,6 +105,15 @@ class Tx {
   virtual absl::Status AppendMetrics(const v1::TrainMetrics& metrics) = 0;
   // Retention: removes a job's output, or the job with everything it has.
   virtual absl::Status DeleteLogs(int64_t job_id) = 0;
+  // A job over its output budget: deletes its oldest log chunks, then (if
+  // that is not enough) its oldest metrics points, until at least `bytes`
+  // of their data are gone; says how many of each went.
+  struct Trimmed {
+    int64_t log_bytes = 0;
+    int64_t metrics_bytes = 0;
+  };
+  virtual absl::StatusOr<Trimmed> TrimOutput(int64_t job_id,
+                                             int64_t bytes) = 0;
   virtual absl::Status DeleteJob(int64_t job_id) = 0;
   // Inserts or replaces a queue (its spec and version), or deletes one.
   virtual absl::Status PutQueue(const v1::Queue& queue) = 0;

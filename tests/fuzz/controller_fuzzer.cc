@@ -115,7 +115,7 @@ class World {
     ControllerOptions opts;
     opts.advertise_address = "127.0.0.1:7070";
     opts.self_pause = absl::InfiniteDuration();
-    opts.max_log_bytes_per_job = 1 << 16;
+    opts.max_output_bytes_per_job = 1 << 16;
     controller_ = std::make_unique<Controller>(store_.get(), &clock_, opts);
     XL_FUZZ_CHECK(controller_->Recover().ok(), "recover");
     AddNode("n1", 8);

@@ -107,7 +107,7 @@ class ControllerTest : public ::testing::Test {
     opts.advertise_address = "127.0.0.1:7070";
     opts.retention = retention_;
     opts.self_pause = self_pause_;
-    opts.max_log_bytes_per_job = max_log_bytes_per_job_;
+    opts.max_output_bytes_per_job = max_output_bytes_per_job_;
     opts.submit_limits = submit_limits_;
     if (tweak_) tweak_(&opts);
     controller_ = std::make_unique<Controller>(faulty_.get(), &clock_, opts);
@@ -245,7 +245,7 @@ class ControllerTest : public ::testing::Test {
                                      /*burst=*/1};
   std::string dir_;
   RetentionPolicy retention_;
-  int64_t max_log_bytes_per_job_ = int64_t{1} << 30;
+  int64_t max_output_bytes_per_job_ = int64_t{1} << 30;
   // Off: these tests step the clock without ticking.
   absl::Duration self_pause_ = absl::InfiniteDuration();
   // Changes the options Open() gives the controller.

@@ -369,29 +369,72 @@ TEST_F(ControllerTest, RetentionForgetsOldFinishedJobs) {
   EXPECT_TRUE(controller_->GetJob(young).ok());
 }
 
+// A job's stored output has a budget: past it the oldest goes as new comes
+// (the newest output is what explains a failure), and its events say so
+// once. Metrics count too, and a rank cannot store them faster than one
+// point a second whatever its points say.
 TEST_F(ControllerTest, OneJobCannotFillTheSchedulersDisk) {
-  max_log_bytes_per_job_ = 10;
+  max_output_bytes_per_job_ = 1000;
   Open();
   auto a = AddNode("a", 1);
   std::string id = Submit(1, 1);
   controller_->Tick();
   a->WaitFor(Msg::kStartRanks);
-  for (int i = 1; i <= 3; ++i) {
+  Settle();
+  const int64_t events_before = [&] {
+    std::vector<v1::JobEvent> events;
+    bool finished;
+    EXPECT_TRUE(controller_->ReadEvents(id, 0, &events, &finished).ok());
+    return static_cast<int64_t>(events.size());
+  }();
+  for (int i = 1; i <= 30; ++i) {
     v1::AgentMessage log;
     log.set_seq(i);
     log.mutable_log()->set_job_id(id);
     log.mutable_log()->set_attempt(1);
     log.mutable_log()->set_stream(v1::STDOUT);
-    log.mutable_log()->set_data("0123456789ab\n");
-    log.mutable_log()->set_end_offset(13 * i);
+    log.mutable_log()->set_data(absl::StrCat("line ", 1000 + i, std::string(90, '.'), "\n"));
+    log.mutable_log()->set_end_offset(100 * i);
     controller_->AgentMessage("a", a.get(), log);
     EXPECT_EQ(a->WaitFor(Msg::kLogAck).log_ack().seq(), static_cast<uint64_t>(i));
   }
+  // A rank writing metrics as fast as it can, each point claiming to be
+  // the last step (which once made every one of them stored).
+  for (int i = 0; i < 200; ++i) {
+    v1::AgentMessage m;
+    m.mutable_metrics()->set_job_id(id);
+    m.mutable_metrics()->set_attempt(1);
+    m.mutable_metrics()->set_step(7);
+    m.mutable_metrics()->set_total_steps(7);
+    m.mutable_metrics()->set_loss(i);
+    controller_->AgentMessage("a", a.get(), m);
+  }
   Settle();
-  auto logs = store_->ReadLogs(1, 0, -1, 10);
-  ASSERT_EQ(logs->size(), 2u);  // the first chunk, then one line saying so
-  EXPECT_NE((*logs)[1].data().find("is dropped"), std::string::npos)
-      << (*logs)[1].data();
+  auto logs = store_->ReadLogs(1, 0, -1, 100);
+  int64_t stored = 0;
+  for (const auto& c : *logs) stored += c.data().size();
+  EXPECT_LE(stored, 1000);
+  EXPECT_GE(stored, 300) << "trims take a tenth of the budget at a time";
+  // The newest output is kept, the oldest gone.
+  EXPECT_NE(logs->back().data().find("line 1030"), std::string::npos);
+  EXPECT_EQ(logs->front().data().find("line 1001"), std::string::npos);
+  auto points = store_->ReadMetrics(1, 0, 1000);
+  EXPECT_EQ(points->size(), 1u) << "one point a second, whatever it says";
+  // Its events say so, once.
+  std::vector<v1::JobEvent> events;
+  bool finished;
+  ASSERT_TRUE(controller_->ReadEvents(id, 0, &events, &finished).ok());
+  ASSERT_EQ(static_cast<int64_t>(events.size()), events_before + 1);
+  EXPECT_NE(events.back().reason().find("passed its budget of 1000 B"),
+            std::string::npos)
+      << events.back().reason();
+  // The latest point is stored when its second is up.
+  clock_.Advance(absl::Seconds(1));
+  controller_->Tick();
+  Settle();
+  points = store_->ReadMetrics(1, 0, 1000);
+  ASSERT_EQ(points->size(), 2u);
+  EXPECT_EQ(points->back().second.loss(), 199);
 }
 
 TEST_F(ControllerTest, RendezvousScopesAreBounded) {

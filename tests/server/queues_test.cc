@@ -221,6 +221,35 @@ TEST_F(QueuesTest, QueuesAdmitTheirOwnAndPriorityIsTheAdminsToGive) {
   EXPECT_EQ(set(1).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Pending specs are counted in bytes as well as jobs (finding F4): a user
+// cannot park gigabytes of environment in the queue; a spec whose command
+// and env would make a StartRanks too large for an agent is refused.
+TEST_F(QueuesTest, PendingSpecsAreCountedInBytes) {
+  submit_limits_.max_pending_bytes = 300000;
+  Open();
+  auto padded = [&](size_t bytes) {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->add_command("/bin/true");
+    (*req.mutable_spec()->mutable_env())["PAD"] = std::string(bytes, 'x');
+    req.mutable_spec()->mutable_resources()->set_nodes(2);  // stays pending
+    return SubmitRequest(req);
+  };
+  ASSERT_TRUE(padded(200000).ok());
+  auto over = padded(200000);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("--max-pending-bytes-per-user"),
+            std::string::npos)
+      << over.status();
+  auto huge = padded(size_t{2} << 20);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(huge.status().message().rfind("env: command and env hold", 0), 0u)
+      << huge.status();
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 1);
+  // Other users are not held back by it.
+  user_ = "bob";
+  EXPECT_TRUE(padded(200000).ok());
+}
+
 TEST_F(QueuesTest, SubmitChecksTheQueue) {
   admin_ = false;  // a queue's caps bind users, not admins
   v1::QueueSpec spec = Spec("short", 1);
