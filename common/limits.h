@@ -17,6 +17,10 @@ inline constexpr int kMaxSchedulerToAgentBytes = 16 << 20;
 // up to 1,024 ranks beside it, well within kMaxSchedulerToAgentBytes.
 inline constexpr int64_t kMaxLaunchBytes = int64_t{1} << 20;
 
+// The most keys one rendezvous Get may wait on: the scheduler refuses more,
+// and workers ask for larger sets in pieces of this size.
+inline constexpr int kMaxRendezvousKeysPerGet = 1024;
+
 }  // namespace xl
 
 #endif  // XL_COMMON_LIMITS_H_

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
 
@@ -83,11 +85,34 @@ class SchedulerRendezvous : public Rendezvous {
                     absl::StrCat("rendezvous put ", key, " at ", address_));
   }
 
+  // Waits on the keys in pieces the scheduler takes (a world of more than
+  // kMaxRendezvousKeysPerGet ranks asks for more), each with what is left
+  // of `timeout`.
   absl::StatusOr<std::vector<std::string>> Get(
       const std::vector<std::string>& keys, absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    std::vector<std::string> values;
+    values.reserve(keys.size());
+    for (size_t begin = 0; begin < keys.size();
+         begin += kMaxRendezvousKeysPerGet) {
+      const size_t end =
+          std::min(keys.size(), begin + kMaxRendezvousKeysPerGet);
+      absl::Status st = GetPiece(keys, begin, end,
+                                 std::max(absl::ZeroDuration(),
+                                          deadline - absl::Now()),
+                                 &values);
+      if (!st.ok()) return st;
+    }
+    return values;
+  }
+
+ private:
+  absl::Status GetPiece(const std::vector<std::string>& keys, size_t begin,
+                        size_t end, absl::Duration timeout,
+                        std::vector<std::string>* values) {
     v1::RendezvousGetRequest req;
     *req.mutable_scope() = scope_;
-    for (const auto& k : keys) req.add_keys(k);
+    for (size_t i = begin; i < end; ++i) req.add_keys(keys[i]);
     *req.mutable_timeout() = ToProtoDuration(timeout);
     v1::RendezvousGetResponse resp;
     grpc::ClientContext ctx;
@@ -98,10 +123,16 @@ class SchedulerRendezvous : public Rendezvous {
     if (!st.ok()) {
       return Annotate(st, absl::StrCat("rendezvous get at ", address_));
     }
-    return std::vector<std::string>(resp.values().begin(), resp.values().end());
+    if (resp.values_size() != static_cast<int>(end - begin)) {
+      return absl::InternalError(absl::StrCat(
+          "rendezvous get at ", address_, " answered ", resp.values_size(),
+          " values for ", end - begin, " keys; is the scheduler the same "
+          "version as the agent?"));
+    }
+    values->insert(values->end(), resp.values().begin(), resp.values().end());
+    return absl::OkStatus();
   }
 
- private:
   const std::string address_;
   v1::RendezvousScope scope_;
   std::unique_ptr<v1::RendezvousService::Stub> stub_;

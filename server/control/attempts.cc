@@ -146,7 +146,8 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
           }
           return;
         }
-        rendezvous_.Open(rec->job.id(), attempt, token);
+        rendezvous_.Open(rec->job.id(), attempt, token,
+                         rec->job.world_size());
         std::vector<std::string> undelivered;
         for (const auto& a : rec->job.allocations()) {
           NodeRecord* node = nodes_.Find(a.node());

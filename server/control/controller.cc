@@ -126,7 +126,8 @@ void Controller::LoadModel(store::StoredState state) {
       }
       if (!stored.token.empty()) {
         open_scopes.insert(stored.job.id());
-        rendezvous_.Open(stored.job.id(), stored.job.attempt(), stored.token);
+        rendezvous_.Open(stored.job.id(), stored.job.attempt(), stored.token,
+                         stored.job.world_size());
       }
     }
   }

@@ -1,45 +1,69 @@
 #include "server/control/rendezvous.h"
 
+#include <algorithm>
 #include <utility>
-
-#include "common/crypto/openssl.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/crypto/openssl.h"
 #include "common/duration.h"
 
 namespace xl::control {
+namespace {
 
-void Rendezvous::Open(const std::string& job_id, int32_t attempt,
-                      const std::string& token) {
-  Calls calls;
-  {
-    absl::MutexLock lock(&mu_);
-    Scope& scope = scopes_[job_id];
-    if (scope.attempt == attempt && scope.token == token) return;
-    Abort(&scope, &calls);
-    scope.bytes = 0;
-    scope.attempt = attempt;
-    scope.token = token;
-    scope.kv.clear();
-  }
+constexpr int64_t kMaxScopeBytes = int64_t{64} << 20;
+constexpr size_t kMaxScopeKeys = 100000;
+
+}  // namespace
+
+void Rendezvous::Run(Calls& calls) {
   for (auto& call : calls) call();
 }
 
-void Rendezvous::Close(const std::string& job_id) {
+void Rendezvous::Open(const std::string& job_id, int32_t attempt,
+                      const std::string& token, int32_t world_size) {
+  std::shared_ptr<Scope> scope;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Scope>& slot = scopes_[job_id];
+    if (slot == nullptr) slot = std::make_shared<Scope>();
+    scope = slot;
+  }
   Calls calls;
+  {
+    absl::MutexLock lock(&scope->mu);
+    scope->max_waiters =
+        std::max(kMinWaiters, 4 * std::max<int32_t>(world_size, 1));
+    if (scope->attempt == attempt && scope->token == token) return;
+    Abort(scope.get(), &calls);
+    scope->bytes = 0;
+    scope->attempt = attempt;
+    scope->token = token;
+    scope->kv.clear();
+  }
+  Run(calls);
+}
+
+void Rendezvous::Close(const std::string& job_id) {
+  std::shared_ptr<Scope> scope;
   {
     absl::MutexLock lock(&mu_);
     auto it = scopes_.find(job_id);
     if (it == scopes_.end()) return;
-    Abort(&it->second, &calls);
+    scope = std::move(it->second);
     scopes_.erase(it);
   }
-  for (auto& call : calls) call();
+  Calls calls;
+  {
+    absl::MutexLock lock(&scope->mu);
+    scope->closed = true;
+    Abort(scope.get(), &calls);
+  }
+  Run(calls);
 }
 
 void Rendezvous::RetainOnly(const std::set<std::string>& job_ids) {
-  Calls calls;
+  std::vector<std::shared_ptr<Scope>> gone;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = scopes_.begin(); it != scopes_.end();) {
@@ -47,45 +71,80 @@ void Rendezvous::RetainOnly(const std::set<std::string>& job_ids) {
         ++it;
         continue;
       }
-      Abort(&it->second, &calls);
+      gone.push_back(std::move(it->second));
       it = scopes_.erase(it);
     }
   }
-  for (auto& call : calls) call();
+  Calls calls;
+  for (auto& scope : gone) {
+    absl::MutexLock lock(&scope->mu);
+    scope->closed = true;
+    Abort(scope.get(), &calls);
+  }
+  Run(calls);
 }
 
 void Rendezvous::CloseAll() {
-  Calls calls;
+  std::map<std::string, std::shared_ptr<Scope>> gone;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, scope] : scopes_) Abort(&scope, &calls);
-    scopes_.clear();
+    gone.swap(scopes_);
   }
-  for (auto& call : calls) call();
+  Calls calls;
+  for (auto& [id, scope] : gone) {
+    absl::MutexLock lock(&scope->mu);
+    scope->closed = true;
+    Abort(scope.get(), &calls);
+  }
+  Run(calls);
 }
 
 void Rendezvous::Abort(Scope* scope, Calls* calls) {
-  for (Waiter& w : scope->waiters) {
+  for (auto& [id, w] : scope->waiters) {
     calls->push_back([done = std::move(w.done)] {
       done(absl::AbortedError(
           "the job attempt ended while waiting for the rendezvous"));
     });
   }
   scope->waiters.clear();
+  scope->waiting_for.clear();
 }
 
-absl::StatusOr<Rendezvous::Scope*> Rendezvous::Find(
+absl::StatusOr<std::shared_ptr<Rendezvous::Scope>> Rendezvous::Find(
     const v1::RendezvousScope& s) {
+  absl::MutexLock lock(&mu_);
   auto it = scopes_.find(s.job_id());
-  if (it == scopes_.end() || it->second.attempt != s.attempt() ||
-      it->second.token.empty() ||
-      !crypto::ConstantTimeEquals(it->second.token, s.token())) {
+  if (it == scopes_.end()) {
     return absl::PermissionDeniedError(absl::StrCat(
         "scope: job ", s.job_id(), " attempt ", s.attempt(),
         " is not running or the token is wrong; only the ranks of a running "
         "attempt may rendezvous (they get XL_RENDEZVOUS_TOKEN)"));
   }
-  return &it->second;
+  return it->second;
+}
+
+absl::Status Rendezvous::CheckToken(Scope* scope,
+                                    const v1::RendezvousScope& s) {
+  if (scope->closed || scope->attempt != s.attempt() ||
+      scope->token.empty() ||
+      !crypto::ConstantTimeEquals(scope->token, s.token())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "scope: job ", s.job_id(), " attempt ", s.attempt(),
+        " is not running or the token is wrong; only the ranks of a running "
+        "attempt may rendezvous (they get XL_RENDEZVOUS_TOKEN)"));
+  }
+  return absl::OkStatus();
+}
+
+void Rendezvous::Complete(Scope* scope, uint64_t id, Calls* calls) {
+  auto it = scope->waiters.find(id);
+  if (it == scope->waiters.end()) return;
+  std::vector<std::string> values;
+  values.reserve(it->second.keys.size());
+  for (const auto& k : it->second.keys) values.push_back(scope->kv.at(k));
+  calls->push_back([done = std::move(it->second.done),
+                    values = std::move(values)] { done(values); });
+  scope->waiters.erase(it);
 }
 
 absl::Status Rendezvous::Put(const v1::RendezvousPutRequest& req) {
@@ -93,21 +152,21 @@ absl::Status Rendezvous::Put(const v1::RendezvousPutRequest& req) {
   if (req.value().size() > (1 << 20)) {
     return absl::InvalidArgumentError("value: larger than 1 MiB");
   }
+  auto found = Find(req.scope());
+  if (!found.ok()) return found.status();
+  Scope* s = found->get();
   Calls calls;
   {
-    absl::MutexLock lock(&mu_);
-    auto scope = Find(req.scope());
-    if (!scope.ok()) return scope.status();
+    absl::MutexLock lock(&s->mu);
+    if (absl::Status ok = CheckToken(s, req.scope()); !ok.ok()) return ok;
     // Bounds, so one attempt cannot take the scheduler's memory.
-    constexpr int64_t kMaxScopeBytes = int64_t{64} << 20;
-    Scope* s = *scope;
     auto old = s->kv.find(req.key());
     const int64_t before =
         old == s->kv.end() ? 0 : static_cast<int64_t>(old->first.size() +
                                                       old->second.size());
     const int64_t after = static_cast<int64_t>(req.key().size() +
                                                req.value().size());
-    if (old == s->kv.end() && s->kv.size() >= 100000) {
+    if (old == s->kv.end() && s->kv.size() >= kMaxScopeKeys) {
       return absl::ResourceExhaustedError(
           "scope: more than 100000 rendezvous keys in one attempt");
     }
@@ -118,9 +177,20 @@ absl::Status Rendezvous::Put(const v1::RendezvousPutRequest& req) {
     }
     s->bytes += after - before;
     s->kv[req.key()] = req.value();
-    Serve(*scope, clock_->MonotonicNow(), &calls);
+    // Only the waiters of this key, each once per key it waits for.
+    auto waiting = s->waiting_for.find(req.key());
+    if (waiting != s->waiting_for.end()) {
+      std::set<uint64_t> ids = std::move(waiting->second);
+      s->waiting_for.erase(waiting);
+      for (uint64_t id : ids) {
+        auto w = s->waiters.find(id);
+        if (w != s->waiters.end() && --w->second.missing == 0) {
+          Complete(s, id, &calls);
+        }
+      }
+    }
   }
-  for (auto& call : calls) call();
+  Run(calls);
   return absl::OkStatus();
 }
 
@@ -129,69 +199,96 @@ void Rendezvous::Get(const v1::RendezvousGetRequest& req, GetDone done) {
     done(absl::InvalidArgumentError("keys: give at least one key"));
     return;
   }
-  Calls calls;
+  if (req.keys_size() > kMaxKeysPerGet) {
+    done(absl::InvalidArgumentError(absl::StrCat(
+        "keys: ", req.keys_size(), " keys in one Get; at most ",
+        kMaxKeysPerGet, " (ask in several Gets)")));
+    return;
+  }
+  auto found = Find(req.scope());
+  if (!found.ok()) {
+    done(found.status());
+    return;
+  }
+  Scope* s = found->get();
   absl::Status error;
+  Calls calls;
   {
-    absl::MutexLock lock(&mu_);
-    auto scope = Find(req.scope());
-    if (!scope.ok()) {
-      error = scope.status();
-    } else {
+    absl::MutexLock lock(&s->mu);
+    error = CheckToken(s, req.scope());
+    if (error.ok() &&
+        static_cast<int32_t>(s->waiters.size()) >= s->max_waiters) {
+      error = absl::ResourceExhaustedError(absl::StrCat(
+          "scope: ", s->waiters.size(), " Gets of this attempt wait already, "
+          "as many as it may have (4 per rank, at least ", kMinWaiters,
+          "); wait for some to end"));
+    }
+    if (error.ok()) {
       Waiter w;
       w.keys.assign(req.keys().begin(), req.keys().end());
       absl::Duration timeout =
           req.has_timeout() ? FromProto(req.timeout()) : absl::Minutes(5);
-      const absl::Time now = clock_->MonotonicNow();
-      w.deadline_mono = now + timeout;
+      if (timeout <= absl::ZeroDuration() || timeout > kMaxWait) {
+        timeout = kMaxWait;
+      }
+      w.deadline_mono = clock_->MonotonicNow() + timeout;
       w.done = std::move(done);
-      (*scope)->waiters.push_back(std::move(w));
-      Serve(*scope, now, &calls);
+      const uint64_t id = s->next_waiter++;
+      std::set<std::string> missing;
+      for (const auto& k : w.keys) {
+        if (s->kv.count(k) == 0) missing.insert(k);
+      }
+      w.missing = missing.size();
+      for (const auto& k : missing) s->waiting_for[k].insert(id);
+      s->waiters.emplace(id, std::move(w));
+      if (missing.empty()) Complete(s, id, &calls);
     }
   }
-  for (auto& call : calls) call();
+  Run(calls);
   if (!error.ok()) done(error);
 }
 
 void Rendezvous::Expire() {
-  Calls calls;
+  std::vector<std::shared_ptr<Scope>> scopes;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = clock_->MonotonicNow();
-    for (auto& [id, scope] : scopes_) {
-      if (!scope.waiters.empty()) Serve(&scope, now, &calls);
-    }
+    scopes.reserve(scopes_.size());
+    for (auto& [id, scope] : scopes_) scopes.push_back(scope);
   }
-  for (auto& call : calls) call();
-}
-
-void Rendezvous::Serve(Scope* scope, absl::Time now_mono, Calls* calls) {
-  for (auto it = scope->waiters.begin(); it != scope->waiters.end();) {
-    std::vector<std::string> values, missing;
-    for (const auto& k : it->keys) {
-      auto v = scope->kv.find(k);
-      if (v == scope->kv.end()) {
-        missing.push_back(k);
-      } else {
-        values.push_back(v->second);
+  Calls calls;
+  const absl::Time now = clock_->MonotonicNow();
+  for (auto& scope : scopes) {
+    absl::MutexLock lock(&scope->mu);
+    for (auto it = scope->waiters.begin(); it != scope->waiters.end();) {
+      if (now < it->second.deadline_mono) {
+        ++it;
+        continue;
       }
-    }
-    if (missing.empty()) {
-      calls->push_back([done = std::move(it->done), values = std::move(values)] {
-        done(values);
-      });
-      it = scope->waiters.erase(it);
-    } else if (now_mono >= it->deadline_mono) {
-      calls->push_back([done = std::move(it->done),
-                        missing = std::move(missing)] {
+      std::vector<std::string> missing;
+      for (const auto& k : it->second.keys) {
+        if (scope->kv.count(k) != 0) continue;
+        missing.push_back(k);
+        // Its place in the index goes with it.
+        auto waiting = scope->waiting_for.find(k);
+        if (waiting != scope->waiting_for.end()) {
+          waiting->second.erase(it->first);
+          if (waiting->second.empty()) scope->waiting_for.erase(waiting);
+        }
+      }
+      if (missing.size() > 8) {
+        missing.resize(8);
+        missing.push_back("...");
+      }
+      calls.push_back([done = std::move(it->second.done),
+                       missing = std::move(missing)] {
         done(absl::DeadlineExceededError(absl::StrCat(
             "rendezvous keys not set in time: ", absl::StrJoin(missing, ", "),
             "; a rank of this attempt did not start or died")));
       });
       it = scope->waiters.erase(it);
-    } else {
-      ++it;
     }
   }
+  Run(calls);
 }
 
 }  // namespace xl::control
