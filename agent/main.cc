@@ -16,8 +16,11 @@
 #include <unistd.h>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
@@ -58,10 +61,48 @@ std::string Summary(const v1::NodeInventory& inv) {
       " free), ", inv.nics_size(), " NICs (fastest ", best_nic, " Gbit/s)");
 }
 
+// The limits of a job that asks for none.
+struct JobDefaults {
+  uint64_t memory_bytes = 0;
+  int64_t max_processes = 0;
+};
+
+// --default-job-memory: "90%" of the node's `node_memory`, a size with a
+// binary unit ("64GiB", "512M"), bytes, or 0.
+absl::StatusOr<uint64_t> ParseJobMemory(const std::string& text,
+                                        uint64_t node_memory) {
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--default-job-memory \"", text,
+        "\" is neither a share of the node's memory (90%) nor a size "
+        "(64GiB, 512MiB, 0 for none); fix the flag"));
+  };
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  if (absl::ConsumeSuffix(&s, "%")) {
+    double pct = 0;
+    if (!absl::SimpleAtod(s, &pct) || !(pct > 0 && pct <= 100)) return bad();
+    return static_cast<uint64_t>(static_cast<double>(node_memory) * pct / 100);
+  }
+  uint64_t unit = 1;
+  if (!absl::ConsumeSuffix(&s, "iB")) absl::ConsumeSuffix(&s, "B");
+  for (const auto& [suffix, shift] :
+       std::vector<std::pair<const char*, int>>{
+           {"K", 10}, {"M", 20}, {"G", 30}, {"T", 40}}) {
+    if (absl::ConsumeSuffix(&s, suffix)) {
+      unit = uint64_t{1} << shift;
+      break;
+    }
+  }
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(s, &n) || n > (~uint64_t{0}) / unit) return bad();
+  return n * unit;
+}
+
 // What the agent enforces, one line each, for the log and
 // --print-inventory.
 std::vector<std::string> IsolationSummary(RunAs run_as, bool allow_root_jobs,
                                           const CgroupHierarchy& cgroups,
+                                          const JobDefaults& defaults,
                                           const std::string& work_dir) {
   std::vector<std::string> lines;
   lines.push_back(absl::StrCat(
@@ -71,6 +112,18 @@ std::vector<std::string> IsolationSummary(RunAs run_as, bool allow_root_jobs,
       allow_root_jobs ? "; root jobs allowed" : "; root jobs refused"));
   for (const std::string& line : DescribeCgroups(cgroups)) {
     lines.push_back(line);
+  }
+  if (cgroups.version != CgroupVersion::kNone) {
+    lines.push_back(absl::StrCat(
+        "defaults: a job asking for no memory is limited to ",
+        defaults.memory_bytes > 0 ? HumanBytes(defaults.memory_bytes)
+                                  : std::string("nothing"),
+        cgroups.memory ? "" : " (not enforced here)",
+        " (--default-job-memory); processes ",
+        defaults.max_processes > 0 ? absl::StrCat(defaults.max_processes)
+                                   : std::string("unlimited"),
+        cgroups.pids ? "" : " (not enforced here)",
+        " (--default-max-processes)"));
   }
   lines.push_back(absl::StrCat("tmpdir: private per job attempt under ",
                                work_dir, "/tmp (mode 0700, removed after)"));
@@ -120,6 +173,26 @@ int Main(int argc, char** argv) {
   std::string run_as_flag = "submitter";
   bool allow_root_jobs = false;
   bool drain = false;
+  std::string cgroup_flag = "auto";
+  std::string default_memory_flag = "90%";
+  int64_t default_max_processes = 32768;
+  app.add_option("--cgroup", cgroup_flag,
+                 "Which cgroup hierarchy jobs go in: auto (v2 when it has "
+                 "the memory controller, else v1), v1, or v2 (with whatever "
+                 "controllers it has)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "v1", "v2"}));
+  app.add_option("--default-job-memory", default_memory_flag,
+                 "The memory limit of a job that asks for none "
+                 "(resources.memory_bytes_per_node): a share of the node's "
+                 "memory (90%) or a size (64GiB, 512MiB); 0: none")
+      ->capture_default_str();
+  app.add_option("--default-max-processes", default_max_processes,
+                 "The most processes and threads one job may have on this "
+                 "node (pids.max) where its queue sets no "
+                 "max_processes_per_node; 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--drain", drain,
                "On SIGTERM, stop every rank (its job's grace, then SIGKILL) "
                "before exiting, as SIGINT does; without it SIGTERM leaves "
@@ -253,11 +326,22 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (!address.empty()) inventory->set_address(address);
+  absl::StatusOr<uint64_t> default_memory =
+      ParseJobMemory(default_memory_flag, inventory->memory_bytes());
+  if (!default_memory.ok()) {
+    LogLine(std::string(default_memory.status().message()));
+    return 2;
+  }
   const bool name_given = !name.empty();
   if (name.empty()) name = inventory->hostname();
-  CgroupHierarchy cgroups = DetectCgroups(name);
-  const std::vector<std::string> isolation =
-      IsolationSummary(run_as, allow_root_jobs, cgroups, work_dir);
+  const CgroupChoice cgroup_choice =
+      cgroup_flag == "v1"   ? CgroupChoice::kV1
+      : cgroup_flag == "v2" ? CgroupChoice::kV2
+                            : CgroupChoice::kAuto;
+  CgroupHierarchy cgroups = DetectCgroups(name, cgroup_choice);
+  JobDefaults defaults{*default_memory, default_max_processes};
+  const std::vector<std::string> isolation = IsolationSummary(
+      run_as, allow_root_jobs, cgroups, defaults, work_dir);
   if (print_inventory) {
     std::fputs(MessageToYaml(*inventory).c_str(), stdout);
     // Comments, so the output stays a valid inventory file.
@@ -286,7 +370,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
     name = credentials->certificate_name;
-    cgroups = DetectCgroups(name);
+    cgroups = DetectCgroups(name, cgroup_choice);
   }
   SetLogName(name);
   if (run_as == RunAs::kSubmitter && geteuid() != 0) {
@@ -328,6 +412,8 @@ int Main(int argc, char** argv) {
   supervisor_options.run_as = run_as;
   supervisor_options.allow_root_jobs = allow_root_jobs;
   supervisor_options.cgroups = cgroups;
+  supervisor_options.default_memory_bytes = defaults.memory_bytes;
+  supervisor_options.default_max_processes = defaults.max_processes;
   if (cgroups.version != CgroupVersion::kNone) {
     absl::Status prepared = PrepareCgroups(cgroups);
     if (!prepared.ok()) {
@@ -339,7 +425,7 @@ int Main(int argc, char** argv) {
   }
   for (const std::string& line :
        IsolationSummary(run_as, allow_root_jobs, supervisor_options.cgroups,
-                        work_dir)) {
+                        defaults, work_dir)) {
     LogLine(absl::StrCat("isolation: ", line));
   }
   supervisor_options.scratch_dir = ScratchDir(*inventory, work_dir);

@@ -921,8 +921,15 @@ absl::StatusOr<Supervisor::Attempt*> Supervisor::PrepareAttempt(
         absl::StrCat(made.message(), "; check the agent's --work-dir"));
   }
   if (options_.cgroups.version != CgroupVersion::kNone) {
+    v1::ResourceLimits limits = request.limits();
+    if (limits.memory_bytes() == 0) {
+      limits.set_memory_bytes(options_.default_memory_bytes);
+    }
+    if (limits.max_processes() == 0) {
+      limits.set_max_processes(options_.default_max_processes);
+    }
     absl::StatusOr<std::unique_ptr<JobCgroup>> cgroup =
-        JobCgroup::Create(options_.cgroups, name, request.limits());
+        JobCgroup::Create(options_.cgroups, name, limits);
     if (!cgroup.ok()) {
       std::filesystem::remove_all(attempt->tmp_dir, ec);
       return absl::FailedPreconditionError(absl::StrCat(
@@ -1150,6 +1157,15 @@ bool Supervisor::SayExit(Process& process) {
           ") on this node and the OOM killer ended a process of it (peak ",
           HumanBytes(status.peak_memory_bytes()),
           "); raise resources.memory_bytes_per_node or use less memory (",
+          status.message(), ")"));
+    } else if ((status.signal() != 0 || status.exit_code() != 0) &&
+               cgroup.ProcessLimitHits() > 0) {
+      status.set_message(absl::StrCat(
+          "the job reached its limit of ", cgroup.ProcessLimit(),
+          " processes and threads on this node (pids.max) and ",
+          cgroup.ProcessLimitHits(),
+          " fork or thread creations failed; start fewer, or ask for a queue "
+          "with a higher max_processes_per_node (",
           status.message(), ")"));
     }
   }

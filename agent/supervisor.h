@@ -141,6 +141,10 @@ struct SupervisorOptions {
   // Where each attempt's cgroup goes (PrepareCgroups() done by the caller);
   // version kNone: the ranks run without cgroups.
   CgroupHierarchy cgroups;
+  // The limits of an attempt whose StartRanks gives none (0: none): every
+  // job is bounded, also one that asked for no memory.
+  uint64_t default_memory_bytes = 0;
+  int64_t default_max_processes = 0;
 };
 
 class Supervisor : public RankController {

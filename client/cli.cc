@@ -92,7 +92,7 @@ struct CommandLine::Flags {
   double queue_weight = 0;
   std::string queue_cohort, queue_default_time, queue_max_time,
       queue_checkpoint_dir;
-  int64_t queue_user_gpus = 0, queue_user_pending = 0;
+  int64_t queue_user_gpus = 0, queue_user_pending = 0, queue_processes = 0;
   int32_t queue_max_priority = 0;
   std::string queue_min_runtime;
   bool queue_allow_np = false, queue_reclaim = false;
@@ -106,6 +106,7 @@ struct CommandLine::Flags {
   CLI::Option* queue_checkpoint_dir_opt = nullptr;
   CLI::Option* queue_user_gpus_opt = nullptr;
   CLI::Option* queue_user_pending_opt = nullptr;
+  CLI::Option* queue_processes_opt = nullptr;
   CLI::Option* queue_max_priority_opt = nullptr;
   // The argv after `--` (submit only).
   std::vector<std::string> after_dashes;
@@ -357,6 +358,10 @@ CommandLine::CommandLine()
   f.queue_user_pending_opt = queue_set->add_option(
       "--max-pending-per-user", f.queue_user_pending,
       "pending jobs one user may have in the queue (0: no limit)");
+  f.queue_processes_opt = queue_set->add_option(
+      "--max-processes-per-node", f.queue_processes,
+      "processes and threads one job may have on each node, its cgroup's "
+      "pids.max (0: the node's default, xl-agent --default-max-processes)");
   f.queue_max_priority_opt = queue_set->add_option(
       "--max-priority", f.queue_max_priority,
       "the highest priority users who are not admins may ask for (where "
@@ -667,6 +672,9 @@ void CommandLine::Resolve() {
     }
     if (f.queue_user_pending_opt->count() > 0) {
       q.max_pending_jobs_per_user = f.queue_user_pending;
+    }
+    if (f.queue_processes_opt->count() > 0) {
+      q.max_processes_per_node = f.queue_processes;
     }
     if (f.queue_max_priority_opt->count() > 0) {
       q.max_priority = f.queue_max_priority;

@@ -84,6 +84,7 @@ struct QueueOptions {
   std::optional<std::string> default_time_limit, max_time_limit;
   std::optional<std::string> default_checkpoint_dir;
   std::optional<int64_t> max_running_gpus_per_user, max_pending_jobs_per_user;
+  std::optional<int64_t> max_processes_per_node;
   std::optional<int32_t> max_priority;
   bool no_max_priority = false;
   // Who may submit: given lists replace the queue's; admit_everyone empties

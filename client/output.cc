@@ -932,6 +932,11 @@ std::string QueueDetails(const xl::v1::Queue& q,
                              ? absl::StrCat(s.max_pending_jobs_per_user(),
                                             " pending jobs")
                              : std::string("no pending limit")));
+  block.Add("Processes",
+            s.max_processes_per_node() > 0
+                ? absl::StrCat(s.max_processes_per_node(),
+                               " per job on each node")
+                : std::string("the node's default per job"));
   block.Add("Admits", QueueAdmits(s));
   block.Add("Max priority",
             s.has_max_priority()

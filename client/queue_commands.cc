@@ -171,6 +171,9 @@ absl::Status Commands::QueueCommand(const QueueOptions& o) {
     if (o.max_pending_jobs_per_user) {
       spec->set_max_pending_jobs_per_user(*o.max_pending_jobs_per_user);
     }
+    if (o.max_processes_per_node) {
+      spec->set_max_processes_per_node(*o.max_processes_per_node);
+    }
     if (o.min_runtime) {
       ASSIGN_OR_RETURN(absl::Duration d, ParseDurationFlag(
                                              "queue set --min-runtime",

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "agent/isolation/device_filter.h"
 #include "agent/log.h"
 
 namespace xl::agent {
@@ -29,7 +30,7 @@ namespace {
 
 // The v1 controllers the agent uses; memory is required, the rest optional.
 constexpr const char* kV1Controllers[] = {"memory", "cpu", "devices",
-                                          "freezer"};
+                                          "freezer", "pids"};
 constexpr int64_t kCfsPeriodUs = 100000;
 
 struct Mount {
@@ -136,7 +137,7 @@ uint64_t NumberIn(const std::string& path) {
 }
 
 // "c MAJOR:MINOR rwm" for a character device file, or "" when it is not one.
-std::string DeviceRule(const std::string& path) {
+std::string DeviceRuleOf(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return "";
   return absl::StrCat("c ", major(st.st_rdev), ":", minor(st.st_rdev), " rwm");
@@ -150,17 +151,17 @@ std::vector<std::string> DeviceAllowList(const v1::ResourceLimits& limits) {
       "c 5:0 rwm", "c 5:1 rwm", "c 5:2 rwm", "c 136:* rwm"};
   for (const char* path : {"/dev/nvidiactl", "/dev/nvidia-uvm",
                            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
-    std::string rule = DeviceRule(path);
+    std::string rule = DeviceRuleOf(path);
     if (!rule.empty()) rules.push_back(rule);
   }
   std::error_code ec;
   for (const auto& entry :
        std::filesystem::directory_iterator("/dev/nvidia-caps", ec)) {
-    std::string rule = DeviceRule(entry.path().string());
+    std::string rule = DeviceRuleOf(entry.path().string());
     if (!rule.empty()) rules.push_back(rule);
   }
   for (int index : limits.gpu_indices()) {
-    std::string rule = DeviceRule(absl::StrCat("/dev/nvidia", index));
+    std::string rule = DeviceRuleOf(absl::StrCat("/dev/nvidia", index));
     // The driver's major is 195 and minor the index; where the file is
     // missing the rule grants nothing that exists.
     rules.push_back(rule.empty() ? absl::StrCat("c 195:", index, " rwm")
@@ -176,6 +177,7 @@ void KillEach(const std::vector<pid_t>& pids) {
 }  // namespace
 
 CgroupHierarchy DetectCgroups(const std::string& node_name,
+                              CgroupChoice choice,
                               const std::string& mountinfo,
                               const std::string& own_cgroup) {
   CgroupHierarchy h;
@@ -186,7 +188,7 @@ CgroupHierarchy DetectCgroups(const std::string& node_name,
   // v2 first, when it has the memory controller.
   std::string v2_note;
   for (const Mount& m : mounts) {
-    if (m.fstype != "cgroup2") continue;
+    if (m.fstype != "cgroup2" || choice == CgroupChoice::kV1) continue;
     std::string controllers;
     ReadFile(m.point + "/cgroup.controllers", &controllers);
     std::vector<absl::string_view> list =
@@ -194,7 +196,7 @@ CgroupHierarchy DetectCgroups(const std::string& node_name,
     auto has = [&](absl::string_view c) {
       return std::find(list.begin(), list.end(), c) != list.end();
     };
-    if (!has("memory")) {
+    if (!has("memory") && choice != CgroupChoice::kV2) {
       v2_note = absl::StrCat("cgroup v2 at ", m.point,
                              " has no memory controller");
       continue;
@@ -206,10 +208,33 @@ CgroupHierarchy DetectCgroups(const std::string& node_name,
     }
     h.version = CgroupVersion::kV2;
     h.v2_dir = m.point + suffix;
-    h.memory = true;
+    h.memory = has("memory");
     h.cpu = has("cpu");
+    h.pids = has("pids");
     h.freeze_or_kill = true;  // cgroup.kill, or cgroup.freeze before it
-    h.note = "devices are not confined on cgroup v2 (it needs BPF)";
+    std::vector<std::string> notes;
+    std::vector<std::string> missing;
+    for (const char* c : {"memory", "cpu", "pids"}) {
+      if (!has(c)) missing.push_back(c);
+    }
+    if (!missing.empty()) {
+      notes.push_back(absl::StrCat(
+          "cgroup v2 at ", m.point, " lacks the ", absl::StrJoin(missing, ", "),
+          " controller", missing.size() > 1 ? "s" : "",
+          " (bound to cgroup v1 on this host?); their limits are not "
+          "enforced"));
+    }
+    absl::Status bpf = ProbeDeviceFilter();
+    h.devices = bpf.ok();
+    if (!bpf.ok()) {
+      notes.push_back(absl::StrCat("devices are not confined: ",
+                                   bpf.message()));
+    }
+    h.note = absl::StrJoin(notes, "; ");
+    return h;
+  }
+  if (choice == CgroupChoice::kV2) {
+    h.note = v2_note.empty() ? "--cgroup v2: no cgroup2 mount" : v2_note;
     return h;
   }
 
@@ -248,6 +273,7 @@ CgroupHierarchy DetectCgroups(const std::string& node_name,
   h.memory = true;
   h.cpu = h.v1_dirs.count("cpu") > 0;
   h.devices = h.v1_dirs.count("devices") > 0;
+  h.pids = h.v1_dirs.count("pids") > 0;
   h.freeze_or_kill = h.v1_dirs.count("freezer") > 0;
   std::vector<std::string> missing;
   for (const char* c : kV1Controllers) {
@@ -276,7 +302,7 @@ absl::Status PrepareCgroups(const CgroupHierarchy& h) {
       for (const char* c : {"memory", "cpu", "pids"}) {
         absl::Status s = WriteFile(dir.string() + "/cgroup.subtree_control",
                                    absl::StrCat("+", c));
-        if (!s.ok() && std::string(c) == "memory") return s;
+        if (!s.ok() && std::string(c) == "memory" && h.memory) return s;
       }
     }
     return absl::OkStatus();
@@ -315,13 +341,24 @@ std::vector<std::string> DescribeCgroups(const CgroupHierarchy& h) {
     }
   }
   lines.push_back(absl::StrCat(
-      "memory: ", h.memory ? "limit (memory_bytes_per_node) and peak" : "not enforced"));
+      "memory: ", h.memory ? "limit (memory_bytes_per_node, else the node's "
+                             "default) and peak"
+                           : "not enforced"));
   lines.push_back(absl::StrCat(
       "cpu: ", h.cpu ? "CFS quota (cpus_per_node)" : "not enforced"));
   lines.push_back(absl::StrCat(
-      "devices: ", h.devices ? "only the allocated GPUs and the usual /dev "
-                               "character devices"
-                             : "not confined"));
+      "processes: ", h.pids ? "at most pids.max per job (the queue's "
+                              "max_processes_per_node, else the node's "
+                              "default)"
+                            : "not limited"));
+  lines.push_back(absl::StrCat(
+      "devices: ",
+      h.devices ? absl::StrCat("only the allocated GPUs and the usual /dev "
+                               "character devices",
+                               h.version == CgroupVersion::kV2
+                                   ? " (BPF device program)"
+                                   : "")
+                : "not confined"));
   lines.push_back(absl::StrCat(
       "kill: ", h.freeze_or_kill ? "every process of the cgroup at once"
                                  : "every process of the cgroup, one by one"));
@@ -362,7 +399,7 @@ absl::StatusOr<std::unique_ptr<JobCgroup>> JobCgroup::Create(
     return s;
   };
   if (h.version == CgroupVersion::kV2) {
-    if (limits.memory_bytes() > 0) {
+    if (h.memory && limits.memory_bytes() > 0) {
       absl::Status s =
           WriteFile(mem + "/memory.max", absl::StrCat(limits.memory_bytes()));
       if (!s.ok()) return fail(s);
@@ -375,6 +412,27 @@ absl::StatusOr<std::unique_ptr<JobCgroup>> JobCgroup::Create(
       absl::Status s = WriteFile(
           mem + "/cpu.max",
           absl::StrCat(limits.cpus() * kCfsPeriodUs, " ", kCfsPeriodUs));
+      if (!s.ok()) return fail(s);
+    }
+    if (h.pids && limits.max_processes() > 0) {
+      absl::Status s =
+          WriteFile(mem + "/pids.max", absl::StrCat(limits.max_processes()));
+      if (!s.ok()) return fail(s);
+    }
+    if (h.devices) {
+      std::vector<DeviceRule> rules;
+      for (const std::string& line : DeviceAllowList(limits)) {
+        absl::StatusOr<DeviceRule> rule = ParseDeviceRule(line);
+        if (!rule.ok()) return fail(rule.status());
+        rules.push_back(*rule);
+      }
+      const int fd = ::open(mem.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) {
+        return fail(absl::FailedPreconditionError(
+            absl::StrCat("cannot open ", mem, ": ", ErrnoString(errno))));
+      }
+      absl::Status s = AttachDeviceFilter(fd, rules);
+      ::close(fd);
       if (!s.ok()) return fail(s);
     }
     return cg;
@@ -397,6 +455,12 @@ absl::StatusOr<std::unique_ptr<JobCgroup>> JobCgroup::Create(
     }
     if (!s.ok()) return fail(s);
   }
+  if (auto it = h.v1_dirs.find("pids");
+      it != h.v1_dirs.end() && limits.max_processes() > 0) {
+    absl::Status s = WriteFile(absl::StrCat(it->second, "/", name, "/pids.max"),
+                               absl::StrCat(limits.max_processes()));
+    if (!s.ok()) return fail(s);
+  }
   if (auto it = h.v1_dirs.find("devices"); it != h.v1_dirs.end()) {
     const std::string dir = absl::StrCat(it->second, "/", name);
     absl::Status s = WriteFile(dir + "/devices.deny", "a");
@@ -414,18 +478,22 @@ std::unique_ptr<JobCgroup> JobCgroup::Adopt(const CgroupHierarchy& h,
                                             uint64_t memory_limit) {
   std::vector<std::string> dirs;
   std::string freezer;
+  std::string pids;
   if (h.version == CgroupVersion::kV2) {
     dirs.push_back(absl::StrCat(h.v2_dir, "/", name));
+    if (h.pids) pids = dirs.back();
   } else {
     dirs.push_back(absl::StrCat(h.v1_dirs.at("memory"), "/", name));
     for (const auto& [controller, dir] : h.v1_dirs) {
       if (controller == "memory") continue;
       dirs.push_back(absl::StrCat(dir, "/", name));
       if (controller == "freezer") freezer = dirs.back();
+      if (controller == "pids") pids = dirs.back();
     }
   }
   std::unique_ptr<JobCgroup> cg(new JobCgroup(h.version, dirs));
   cg->freezer_dir_ = freezer;
+  cg->pids_dir_ = pids;
   cg->memory_limit_ = memory_limit;
   return cg;
 }
@@ -463,6 +531,17 @@ int64_t JobCgroup::OomKills() const {
                                            ? "/memory.events"
                                            : "/memory.oom_control"),
                          "oom_kill");
+  return n < 0 ? 0 : n;
+}
+
+int64_t JobCgroup::ProcessLimit() const {
+  if (pids_dir_.empty()) return 0;
+  return static_cast<int64_t>(NumberIn(pids_dir_ + "/pids.max"));
+}
+
+int64_t JobCgroup::ProcessLimitHits() const {
+  if (pids_dir_.empty()) return 0;
+  const int64_t n = KeyedValue(pids_dir_ + "/pids.events", "max");
   return n < 0 ? 0 : n;
 }
 

@@ -1,9 +1,11 @@
 // Job cgroups: each job attempt's ranks on a node share one cgroup that
-// limits memory and CPU, accounts peak memory, confines devices (cgroup v1)
+// limits memory, CPU and processes (pids.max), accounts peak memory,
+// confines devices (v1's devices controller; on v2 a BPF device program)
 // and lets the agent kill every process of the attempt, including those that
 // left the rank's process group with setsid(). Cgroup v2 is used when its
-// hierarchy has the memory controller, else the v1 controllers. Paths hold
-// the agent's node name, so agents sharing a machine never collide.
+// hierarchy has the memory controller, else the v1 controllers (unless the
+// agent is told which). Paths hold the agent's node name, so agents sharing
+// a machine never collide.
 // Not thread-safe: the supervisor thread owns every JobCgroup.
 #ifndef XL_AGENT_ISOLATION_CGROUP_H_
 #define XL_AGENT_ISOLATION_CGROUP_H_
@@ -24,6 +26,12 @@ namespace xl::agent {
 
 enum class CgroupVersion { kNone, kV1, kV2 };
 
+// Which hierarchy to use (xl-agent --cgroup): kAuto takes v2 when it has
+// the memory controller, else v1; kV1 and kV2 take only that one, v2 with
+// whatever controllers it has (a hybrid host's unified mount, for devices
+// and kill only).
+enum class CgroupChoice { kAuto, kV1, kV2 };
+
 // The hierarchy the agent uses, found once at start by DetectCgroups().
 struct CgroupHierarchy {
   CgroupVersion version = CgroupVersion::kNone;
@@ -37,6 +45,7 @@ struct CgroupHierarchy {
   bool memory = false;
   bool cpu = false;
   bool devices = false;
+  bool pids = false;
   // Every process of an attempt can be killed at once (v2 cgroup.kill or
   // freezer, v1 freezer); without it they are SIGKILLed one by one.
   bool freeze_or_kill = false;
@@ -50,6 +59,7 @@ struct CgroupHierarchy {
 // see PrepareCgroups). Version kNone, with a note saying why, when there is
 // none.
 CgroupHierarchy DetectCgroups(const std::string& node_name,
+                              CgroupChoice choice = CgroupChoice::kAuto,
                               const std::string& mountinfo =
                                   "/proc/self/mountinfo",
                               const std::string& own_cgroup =
@@ -76,7 +86,8 @@ class JobCgroup {
  public:
   // Makes <dir>/<name> in every controller used, with `limits` (0: none)
   // and, where devices are controlled, access only to the usual character
-  // devices and the allocated GPUs. A cgroup of that name left by an
+  // devices and the allocated GPUs (v1 devices.allow; v2 a BPF program
+  // attached to the cgroup). A cgroup of that name left by an
   // earlier agent is killed and reused. FAILED_PRECONDITION naming the file
   // when a setting cannot be written.
   static absl::StatusOr<std::unique_ptr<JobCgroup>> Create(
@@ -103,6 +114,10 @@ class JobCgroup {
   uint64_t PeakMemoryBytes() const;
   // How many processes the OOM killer ended in the cgroup.
   int64_t OomKills() const;
+  // pids.max (0: none or not controlled), and how often a fork or clone
+  // failed at it (pids.events "max").
+  int64_t ProcessLimit() const;
+  int64_t ProcessLimitHits() const;
   uint64_t memory_limit() const { return memory_limit_; }
 
   // The processes in the cgroup now.
@@ -123,6 +138,7 @@ class JobCgroup {
   // The first one holds memory (its procs are the attempt's processes).
   std::vector<std::string> dirs_;
   std::string freezer_dir_;  // v1, when the freezer is mounted
+  std::string pids_dir_;     // where pids.max is, when controlled
   uint64_t memory_limit_ = 0;
 };
 

@@ -155,6 +155,9 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
           context.scheduler_address = opts_.advertise_address;
           context.token = token;
           context.shared_env = node != nullptr && node->shared_env;
+          if (const v1::QueueSpec* q = QueueSpecOf(rec->job.spec().queue())) {
+            context.max_processes = q->max_processes_per_node();
+          }
           bool sent = false;
           if (node != nullptr && node->conn) {
             sent = node->conn->Send(

@@ -73,6 +73,7 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
     limits->set_memory_bytes(res.memory_bytes_per_node());
   }
   limits->set_cpus(res.cpus_per_node());
+  limits->set_max_processes(context.max_processes);
   limits->mutable_gpu_indices()->CopyFrom(a.gpu_indices());
 
   // What every rank of this node shares. The job's own variables come first

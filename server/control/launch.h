@@ -20,6 +20,8 @@ struct LaunchContext {
   std::string token;
   // The node's agent merges StartRanks.env (Register.shared_env).
   bool shared_env = false;
+  // ResourceLimits.max_processes: the queue's max_processes_per_node.
+  int64_t max_processes = 0;
 };
 
 // The StartRanks for `allocation` (one of job.allocations()) on a node with

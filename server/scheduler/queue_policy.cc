@@ -180,6 +180,13 @@ absl::Status ValidateQueueSpec(v1::QueueSpec* spec) {
   if (spec->max_pending_jobs_per_user() < 0) {
     return Bad("max_pending_jobs_per_user", "give 0 (no limit) or more");
   }
+  if (spec->max_processes_per_node() < 0 ||
+      (spec->max_processes_per_node() > 0 &&
+       spec->max_processes_per_node() < 16)) {
+    return Bad("max_processes_per_node",
+               "give 0 (the node's default) or at least 16: a training "
+               "job's ranks, data loaders and their threads all count");
+  }
   if (absl::Status s = ValidateQueueAdmission(*spec); !s.ok()) return s;
   return CheckNoControlCharacters(*spec, "queue");
 }

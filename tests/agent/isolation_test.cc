@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@ namespace xl::agent {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kUserA[] = "xltest-a";
 constexpr char kUserB[] = "xltest-b";
@@ -122,7 +124,10 @@ bool WaitUntilTrue(Pred pred) {
   return pred();
 }
 
-class IsolationTest : public ::testing::Test {
+// Each test runs on cgroup v1 and on v2 (where the host has them; this
+// machine's v2 mount has no memory, cpu or pids controller, which are bound
+// to v1: those tests skip on v2 saying so).
+class IsolationTest : public ::testing::TestWithParam<CgroupChoice> {
  protected:
   void SetUp() override {
     if (geteuid() != 0) {
@@ -134,7 +139,7 @@ class IsolationTest : public ::testing::Test {
                    << kUserB << " (useradd failed)";
     }
     node_ = absl::StrCat("isolation-test-", getpid());
-    cgroups_ = DetectCgroups(node_);
+    cgroups_ = DetectCgroups(node_, GetParam());
     if (cgroups_.version == CgroupVersion::kNone) {
       GTEST_SKIP() << "no writable cgroup hierarchy: " << cgroups_.note;
     }
@@ -156,7 +161,8 @@ class IsolationTest : public ::testing::Test {
     // The node's directories (xl/<node>); xl/ stays for other agents.
     for (const std::string& d :
          {cgroups_.v2_dir, cgroups_.v1_dirs["memory"], cgroups_.v1_dirs["cpu"],
-          cgroups_.v1_dirs["devices"], cgroups_.v1_dirs["freezer"]}) {
+          cgroups_.v1_dirs["devices"], cgroups_.v1_dirs["freezer"],
+          cgroups_.v1_dirs["pids"]}) {
       if (!d.empty()) rmdir(d.c_str());
     }
   }
@@ -171,6 +177,8 @@ class IsolationTest : public ::testing::Test {
     options.allow_root_jobs = allow_root_jobs;
     options.cgroups = cgroups_;
     options.default_grace = absl::Seconds(1);
+    options.default_memory_bytes = default_memory_bytes_;
+    options.default_max_processes = default_max_processes_;
     supervisor_ = std::make_unique<Supervisor>(options, &sink_);
     ASSERT_TRUE(supervisor_->Start().ok());
   }
@@ -201,13 +209,15 @@ class IsolationTest : public ::testing::Test {
 
   std::string node_;
   CgroupHierarchy cgroups_;
+  uint64_t default_memory_bytes_ = 0;
+  int64_t default_max_processes_ = 0;
   std::string dir_;
   RecordingSink sink_;
   std::unique_ptr<Supervisor> supervisor_;
   std::vector<pid_t> strays_;
 };
 
-TEST_F(IsolationTest, RankRunsAsTheSubmittersUidGidAndGroups) {
+TEST_P(IsolationTest, RankRunsAsTheSubmittersUidGidAndGroups) {
   StartSupervisor();
   const RankUser a = MustLookUp(kUserA);
   v1::RankStatus end = RunToEnd(Shell("ids", kUserA, "id -u; id -g; id -G"));
@@ -216,7 +226,7 @@ TEST_F(IsolationTest, RankRunsAsTheSubmittersUidGidAndGroups) {
   EXPECT_EQ(Stdout("ids"), absl::StrCat(a.uid, "\n", a.gid, "\n", a.gid, "\n"));
 }
 
-TEST_F(IsolationTest, UnknownUserFailsToStartNamingTheUserAndTheFix) {
+TEST_P(IsolationTest, UnknownUserFailsToStartNamingTheUserAndTheFix) {
   StartSupervisor();
   v1::RankStatus end =
       RunToEnd(Shell("ghost", "xltest-nobody-here", "id -u"));
@@ -227,7 +237,7 @@ TEST_F(IsolationTest, UnknownUserFailsToStartNamingTheUserAndTheFix) {
   EXPECT_THAT(end.message(), HasSubstr("submit the job as a user that exists"));
 }
 
-TEST_F(IsolationTest, RootIsRefusedWithoutAllowRootJobs) {
+TEST_P(IsolationTest, RootIsRefusedWithoutAllowRootJobs) {
   StartSupervisor();
   v1::RankStatus end = RunToEnd(Shell("rootjob", "root", "id -u"));
   EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
@@ -236,14 +246,14 @@ TEST_F(IsolationTest, RootIsRefusedWithoutAllowRootJobs) {
   EXPECT_EQ(Stdout("rootjob"), "");
 }
 
-TEST_F(IsolationTest, RootRunsWithAllowRootJobs) {
+TEST_P(IsolationTest, RootRunsWithAllowRootJobs) {
   StartSupervisor(RunAs::kSubmitter, /*allow_root_jobs=*/true);
   v1::RankStatus end = RunToEnd(Shell("rootjob", "root", "id -u"));
   ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
   EXPECT_EQ(Stdout("rootjob"), "0\n");
 }
 
-TEST_F(IsolationTest, RunAsAgentAsRootIsRefusedWithoutAllowRootJobs) {
+TEST_P(IsolationTest, RunAsAgentAsRootIsRefusedWithoutAllowRootJobs) {
   StartSupervisor(RunAs::kAgent);
   v1::RankStatus end = RunToEnd(Shell("asagent", kUserA, "id -u"));
   EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START);
@@ -251,7 +261,7 @@ TEST_F(IsolationTest, RunAsAgentAsRootIsRefusedWithoutAllowRootJobs) {
   EXPECT_THAT(end.message(), HasSubstr("--allow-root-jobs"));
 }
 
-TEST_F(IsolationTest, AnotherJobsWorkingDirectoryIsNotReadable) {
+TEST_P(IsolationTest, AnotherJobsWorkingDirectoryIsNotReadable) {
   StartSupervisor();
   v1::RankStatus a =
       RunToEnd(Shell("job-a", kUserA, "echo secret > data; pwd"));
@@ -274,7 +284,7 @@ TEST_F(IsolationTest, AnotherJobsWorkingDirectoryIsNotReadable) {
 
 // A job's user owns jobs/<job>: a rank that plants a symlink where the next
 // attempt's working directory goes does not get root to chown its target.
-TEST_F(IsolationTest, ASymlinkPlantedForTheNextAttemptIsRefused) {
+TEST_P(IsolationTest, ASymlinkPlantedForTheNextAttemptIsRefused) {
   StartSupervisor();
   const std::string target = dir_ + "/roots-own";
   ASSERT_EQ(mkdir(target.c_str(), 0755), 0);
@@ -294,7 +304,7 @@ TEST_F(IsolationTest, ASymlinkPlantedForTheNextAttemptIsRefused) {
   EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 
-TEST_F(IsolationTest, CheckpointDirectoryBelongsToTheUser) {
+TEST_P(IsolationTest, CheckpointDirectoryBelongsToTheUser) {
   StartSupervisor();
   v1::RankStatus end = RunToEnd(
       Shell("ckpt", kUserA, "stat -c '%U %a' \"$XL_CHECKPOINT_DIR\""));
@@ -305,7 +315,7 @@ TEST_F(IsolationTest, CheckpointDirectoryBelongsToTheUser) {
 // A job's checkpoint_dir (a shared filesystem) is made by the rank as its
 // user, parents too; where the user may not write, the rank fails to start
 // naming checkpoint_dir, and nothing is made there as root.
-TEST_F(IsolationTest, ACheckpointDirIsMadeAsTheJobsUser) {
+TEST_P(IsolationTest, ACheckpointDirIsMadeAsTheJobsUser) {
   StartSupervisor();
   const std::string shared = dir_ + "/shared";
   std::filesystem::create_directories(shared);
@@ -345,7 +355,7 @@ TEST_F(IsolationTest, ACheckpointDirIsMadeAsTheJobsUser) {
   EXPECT_EQ(parent.st_mode & 0777, 0755u);
 }
 
-TEST_F(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {
+TEST_P(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {
   StartSupervisor();
   v1::RankStatus end = RunToEnd(Shell(
       "tmpjob", kUserA,
@@ -358,7 +368,13 @@ TEST_F(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {
       << tmp << " is still there after the job";
 }
 
-TEST_F(IsolationTest, OverTheMemoryLimitIsKilledWithTheReasonAndThePeak) {
+#define SKIP_UNLESS(controlled, what)                                  \
+  if (!(controlled)) {                                                 \
+    GTEST_SKIP() << what << " not controlled here: " << cgroups_.note; \
+  }
+
+TEST_P(IsolationTest, OverTheMemoryLimitIsKilledWithTheReasonAndThePeak) {
+  SKIP_UNLESS(cgroups_.memory, "memory");
   StartSupervisor();
   v1::StartRanks start = Shell(
       "hog", kUserA, "exec /usr/bin/python3 -c \"x = b'x' * (512 << 20)\"");
@@ -373,7 +389,8 @@ TEST_F(IsolationTest, OverTheMemoryLimitIsKilledWithTheReasonAndThePeak) {
   EXPECT_LE(end.peak_memory_bytes(), 65u << 20);
 }
 
-TEST_F(IsolationTest, PeakMemoryIsReportedForANormalExit) {
+TEST_P(IsolationTest, PeakMemoryIsReportedForANormalExit) {
+  SKIP_UNLESS(cgroups_.memory, "memory");
   StartSupervisor();
   v1::StartRanks start = Shell(
       "fits", kUserA, "exec /usr/bin/python3 -c \"x = b'x' * (32 << 20)\"");
@@ -386,7 +403,40 @@ TEST_F(IsolationTest, PeakMemoryIsReportedForANormalExit) {
   EXPECT_LT(end.peak_memory_bytes(), 256u << 20);
 }
 
-TEST_F(IsolationTest, CpuLimitIsTheCfsQuotaOfTheAttemptsCgroup) {
+TEST_P(IsolationTest, AJobThatAsksForNoMemoryHasTheNodesDefaultLimit) {
+  SKIP_UNLESS(cgroups_.memory, "memory");
+  default_memory_bytes_ = 64 << 20;
+  StartSupervisor();
+  v1::RankStatus end = RunToEnd(Shell(
+      "nolimit", kUserA,
+      "exec /usr/bin/python3 -c \"x = b'x' * (512 << 20)\""));
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(end.signal(), SIGKILL) << end.message();
+  EXPECT_THAT(end.message(), HasSubstr("memory limit of 67108864 bytes"));
+}
+
+TEST_P(IsolationTest, AForkBombStopsAtTheProcessLimit) {
+  SKIP_UNLESS(cgroups_.pids, "pids");
+  default_max_processes_ = 1000;
+  StartSupervisor();
+  v1::StartRanks bomb =
+      Shell("bomb", kUserA,
+            "i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done; "
+            "echo all 200 started");
+  // The queue's limit wins over the node's default.
+  bomb.mutable_limits()->set_max_processes(32);
+  v1::RankStatus end = RunToEnd(bomb);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_NE(end.exit_code(), 0) << Stdout("bomb");
+  EXPECT_EQ(Stdout("bomb"), "");
+  EXPECT_THAT(Stderr("bomb"), HasSubstr("fork"));
+  EXPECT_THAT(end.message(),
+              HasSubstr("reached its limit of 32 processes and threads"));
+  EXPECT_THAT(end.message(), HasSubstr("max_processes_per_node"));
+}
+
+TEST_P(IsolationTest, CpuLimitIsTheCfsQuotaOfTheAttemptsCgroup) {
+  SKIP_UNLESS(cgroups_.cpu, "cpu");
   StartSupervisor();
   v1::StartRanks start = Shell("cpu", kUserA, "cat /proc/self/cgroup");
   start.mutable_limits()->set_cpus(2);
@@ -403,7 +453,8 @@ TEST_F(IsolationTest, CpuLimitIsTheCfsQuotaOfTheAttemptsCgroup) {
             : absl::StrContains(line, ":memory:") ||
                   absl::StrContains(line, ":cpu:") ||
                   absl::StrContains(line, ":devices:") ||
-                  absl::StrContains(line, ":freezer:");
+                  absl::StrContains(line, ":freezer:") ||
+                  absl::StrContains(line, ":pids:");
     if (!ours) continue;
     ++seen;
     EXPECT_TRUE(absl::EndsWith(line, name)) << line;
@@ -432,7 +483,7 @@ TEST_F(IsolationTest, CpuLimitIsTheCfsQuotaOfTheAttemptsCgroup) {
   sink_.WaitEnd("cpu2", 1, 0);
 }
 
-TEST_F(IsolationTest, StopKillsAGrandchildThatLeftTheGroupWithSetsid) {
+TEST_P(IsolationTest, StopKillsAGrandchildThatLeftTheGroupWithSetsid) {
   StartSupervisor();
   supervisor_->StartRanks(Shell(
       "escape", kUserA,
@@ -462,12 +513,8 @@ TEST_F(IsolationTest, StopKillsAGrandchildThatLeftTheGroupWithSetsid) {
       << "pid " << escaped << " escaped with setsid() and survived the stop";
 }
 
-TEST_F(IsolationTest, OnlyTheUsualDevicesCanBeOpened) {
-  if (!cgroups_.devices) {
-    GTEST_SKIP() << "devices are confined only with the cgroup v1 devices "
-                    "controller: "
-                 << cgroups_.note;
-  }
+TEST_P(IsolationTest, OnlyTheUsualDevicesCanBeOpened) {
+  SKIP_UNLESS(cgroups_.devices, "devices");
   if (access("/dev/kmsg", R_OK) != 0) GTEST_SKIP() << "no /dev/kmsg here";
   // Root could open /dev/kmsg anywhere else.
   StartSupervisor(RunAs::kSubmitter, /*allow_root_jobs=*/true);
@@ -479,16 +526,42 @@ TEST_F(IsolationTest, OnlyTheUsualDevicesCanBeOpened) {
   EXPECT_THAT(Stderr("devs"), HasSubstr("Operation not permitted"));
 }
 
+// GPUs made with mknod and NVIDIA's major number (195): a rank opens the
+// one allocated to it (the device exists for the cgroup, so the open gets
+// as far as the absent driver: ENXIO) and not the other (EPERM).
+TEST_P(IsolationTest, OnlyTheAllocatedGpuDeviceNodesCanBeOpened) {
+  SKIP_UNLESS(cgroups_.devices, "devices");
+  for (int i : {0, 1}) {
+    const std::string path = absl::StrCat(dir_, "/nvidia", i);
+    ASSERT_EQ(mknod(path.c_str(), S_IFCHR | 0666, makedev(195, i)), 0)
+        << path << ": " << strerror(errno);
+    ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+  }
+  StartSupervisor();
+  v1::StartRanks start = Shell(
+      "fakegpu", kUserA,
+      absl::StrCat("cat ", dir_, "/nvidia0; cat ", dir_, "/nvidia1"));
+  start.mutable_limits()->add_gpu_indices(0);
+  v1::RankStatus end = RunToEnd(start);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  const std::string all = Stderr("fakegpu");
+  const size_t second = all.find("nvidia1");
+  ASSERT_NE(second, std::string::npos) << all;
+  const std::string first_open = all.substr(0, all.find("nvidia1"));
+  // The allocated one: past the cgroup, to the missing driver.
+  EXPECT_THAT(first_open, Not(HasSubstr("Operation not permitted"))) << all;
+  EXPECT_THAT(first_open, HasSubstr("No such device")) << all;
+  // The other: refused by the cgroup.
+  EXPECT_THAT(all.substr(second), HasSubstr("Operation not permitted"))
+      << all;
+}
+
 // Labelled gpu: needs /dev/nvidia0.
-TEST_F(IsolationTest, GpuOnlyTheAllocatedGpusDevicesCanBeOpened) {
+TEST_P(IsolationTest, GpuOnlyTheAllocatedGpusDevicesCanBeOpened) {
   if (access("/dev/nvidia0", F_OK) != 0) {
     GTEST_SKIP() << "no /dev/nvidia0: this test needs an NVIDIA GPU";
   }
-  if (!cgroups_.devices) {
-    GTEST_SKIP() << "devices are confined only with the cgroup v1 devices "
-                    "controller: "
-                 << cgroups_.note;
-  }
+  SKIP_UNLESS(cgroups_.devices, "devices");
   StartSupervisor();
   v1::StartRanks allowed =
       Shell("gpu-yes", kUserA, ": < /dev/nvidia0 && echo opened");
@@ -503,6 +576,13 @@ TEST_F(IsolationTest, GpuOnlyTheAllocatedGpusDevicesCanBeOpened) {
   EXPECT_NE(no.exit_code(), 0);
   EXPECT_THAT(Stderr("gpu-no"), HasSubstr("Operation not permitted"));
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Cgroups, IsolationTest,
+    ::testing::Values(CgroupChoice::kV1, CgroupChoice::kV2),
+    [](const ::testing::TestParamInfo<CgroupChoice>& info) {
+      return std::string(info.param == CgroupChoice::kV1 ? "V1" : "V2");
+    });
 
 }  // namespace
 }  // namespace xl::agent
