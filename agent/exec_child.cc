@@ -12,33 +12,69 @@
 
 namespace xl::agent {
 
-// mkdir -p as whoever calls it: parents it makes get mode 0755 (others
-// pass through to their own), the directory itself 0700. Returns 0, or the
-// stage that failed with errno set: kStageCheckpointDir (cannot make it),
-// kStageCheckpointOwner (it is not a directory of this user's that no one
-// else may write to: another user made it first). Async-signal-safe (no
-// allocation: `path` is edited in place and restored).
+// mkdir -p as whoever calls it, one component at a time from "/" with
+// openat(O_NOFOLLOW | O_DIRECTORY), so no symlink is followed at any level
+// (planted in a parent the user may write, it would send the checkpoints
+// elsewhere): parents it makes get mode 0755 (others pass through to their
+// own), the directory itself 0700. An existing leaf must be this user's
+// and writable by no one else. Returns 0, or the stage that failed with
+// errno set: kStageCheckpointDir (cannot make it), kStageCheckpointSymlink
+// (a component is a symlink), kStageCheckpointOwner (another user made it
+// first). Async-signal-safe (no allocation: `path` is edited in place and
+// restored).
 int MakeDirsInChild(char* path) {
-  for (char* p = path + 1; *p != '\0'; ++p) {
-    if (*p != '/') continue;
-    *p = '\0';
-    const int made = ::mkdir(path, 0755);
-    const int err = errno;
-    *p = '/';
-    if (made != 0 && err != EEXIST) {
-      errno = err;
-      return kStageCheckpointDir;
+  if (path[0] != '/') {
+    errno = EINVAL;
+    return kStageCheckpointDir;
+  }
+  int dir = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return kStageCheckpointDir;
+  int stage = 0;
+  char* name = path + 1;
+  while (stage == 0 && *name != '\0') {
+    char* end = name;
+    while (*end != '\0' && *end != '/') ++end;
+    const char saved = *end;
+    *end = '\0';
+    const bool leaf = saved == '\0' || end[1] == '\0';
+    if (name[0] == '\0' || (name[0] == '.' && name[1] == '\0')) {
+      // "//" or "/./": nothing to walk.
+    } else {
+      const bool made = ::mkdirat(dir, name, leaf ? 0700 : 0755) == 0;
+      if (!made && errno != EEXIST) {
+        stage = kStageCheckpointDir;
+      } else {
+        const int next =
+            ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0) {
+          // A symlink: ELOOP; a symlink to a non-directory or a file:
+          // ENOTDIR. Either way, not a directory to use.
+          struct stat lst;
+          stage = ::fstatat(dir, name, &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
+                          S_ISLNK(lst.st_mode)
+                      ? kStageCheckpointSymlink
+                      : kStageCheckpointDir;
+          if (stage == kStageCheckpointSymlink) errno = ELOOP;
+        } else {
+          ::close(dir);
+          dir = next;
+          struct stat st;
+          if (leaf && (::fstat(dir, &st) != 0 || st.st_uid != ::geteuid() ||
+                       (st.st_mode & 022) != 0)) {
+            errno = EPERM;
+            stage = kStageCheckpointOwner;
+          }
+        }
+      }
     }
+    *end = saved;
+    if (saved == '\0') break;
+    name = end + 1;
   }
-  if (::mkdir(path, 0700) != 0 && errno != EEXIST) return kStageCheckpointDir;
-  struct stat st;
-  if (::stat(path, &st) != 0) return kStageCheckpointDir;
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
-      (st.st_mode & 022) != 0) {
-    errno = EPERM;
-    return kStageCheckpointOwner;
-  }
-  return 0;
+  const int err = errno;
+  ::close(dir);
+  errno = err;
+  return stage;
 }
 
 // Runs in the child between fork and execve: async-signal-safe calls only.

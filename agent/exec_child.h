@@ -29,6 +29,7 @@ inline constexpr int kStageCgroup = 4;
 inline constexpr int kStageUser = 5;
 inline constexpr int kStageCheckpointDir = 6;
 inline constexpr int kStageCheckpointOwner = 7;
+inline constexpr int kStageCheckpointSymlink = 8;
 
 // What the child becomes before execve, prepared by the parent (no
 // allocation after fork).
@@ -48,11 +49,12 @@ struct ChildIdentity {
   char* checkpoint_dir = nullptr;
 };
 
-// mkdir -p as whoever calls it: parents it makes get mode 0755, the
-// directory itself 0700. Returns 0, or the stage that failed with errno
-// set (kStageCheckpointDir, kStageCheckpointOwner: not a directory of this
-// user's that no one else may write to). `path` is edited in place and
-// restored.
+// mkdir -p as whoever calls it, following no symlink at any level:
+// parents it makes get mode 0755, the directory itself 0700. Returns 0, or
+// the stage that failed with errno set (kStageCheckpointDir,
+// kStageCheckpointSymlink: a component of the path is a symlink,
+// kStageCheckpointOwner: not a directory of this user's that no one else
+// may write to). `path` (absolute) is edited in place and restored.
 int MakeDirsInChild(char* path);
 
 // Becomes the rank and execs `path`; never returns.

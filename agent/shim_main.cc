@@ -342,6 +342,12 @@ class Shim {
             spec_.user_name, ": ", Errno(e.err),
             "; give a checkpoint_dir on a filesystem this node mounts whose "
             "parent the user may write to (or create it for them)");
+      case kStageCheckpointSymlink:
+        return absl::StrCat(
+            "checkpoint_dir ", spec_.checkpoint_dir,
+            " has a symbolic link in its path, and the agent follows none "
+            "there (one planted by another user would send the checkpoints "
+            "to them); give the path with the links resolved (realpath)");
       case kStageCheckpointOwner:
         return absl::StrCat(
             "checkpoint_dir ", spec_.checkpoint_dir,

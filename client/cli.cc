@@ -351,7 +351,8 @@ CommandLine::CommandLine()
   f.queue_checkpoint_dir_opt = queue_set->add_option(
       "--default-checkpoint-dir", f.queue_checkpoint_dir,
       "checkpoint_dir of jobs that give none: a path every node mounts, "
-      "{job} and {attempt} expand, like /shared/ckpt/{job} (\"\": none)");
+      "{user}, {job} and {attempt} expand, like /shared/ckpt/{user}/{job} "
+      "(\"\": none)");
   f.queue_user_gpus_opt = queue_set->add_option(
       "--max-running-gpus-per-user", f.queue_user_gpus,
       "GPUs one user's running jobs may hold in the queue (0: no limit)");

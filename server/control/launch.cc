@@ -112,7 +112,7 @@ v1::SchedulerMessage BuildStartRanks(const v1::Job& job,
     // Each rank creates it as the job's user (an agent that predates the
     // field still exports it).
     const std::string dir = scheduler::ExpandCheckpointDir(
-        job.spec().checkpoint_dir(), job.id(), job.attempt());
+        job.spec().checkpoint_dir(), job.id(), job.attempt(), job.user());
     start->set_checkpoint_dir(dir);
     shared["XL_CHECKPOINT_DIR"] = dir;
   }

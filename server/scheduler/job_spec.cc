@@ -447,20 +447,32 @@ absl::Status ValidateCheckpointDir(const std::string& field,
                                      "path without it, ", kExample));
     }
   }
-  // Only {job} and {attempt} expand; any other brace is a typo.
-  std::string rest = absl::StrReplaceAll(dir, {{"{job}", ""}, {"{attempt}", ""}});
+  // Only {job}, {attempt} and {user} expand; any other brace is a typo.
+  std::string rest = absl::StrReplaceAll(
+      dir, {{"{job}", ""}, {"{attempt}", ""}, {"{user}", ""}});
   if (rest.find_first_of("{}") != std::string::npos) {
     return Bad(field, absl::StrCat("'", Shown(dir),
-                                   "' has a '{' or '}' that is not {job} or "
-                                   "{attempt}; only those two expand"));
+                                   "' has a '{' or '}' that is not {job}, "
+                                   "{attempt} or {user}; only those expand"));
   }
   return absl::OkStatus();
 }
 
 std::string ExpandCheckpointDir(const std::string& dir,
-                                const std::string& job_id, int32_t attempt) {
-  return absl::StrReplaceAll(
-      dir, {{"{job}", job_id}, {"{attempt}", absl::StrCat(attempt)}});
+                                const std::string& job_id, int32_t attempt,
+                                const std::string& user) {
+  // One path component whatever the name holds.
+  std::string name = user;
+  for (char& c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-') {
+      c = '_';
+    }
+  }
+  if (name.empty() || name == "." || name == "..") name = "_";
+  return absl::StrReplaceAll(dir, {{"{job}", job_id},
+                                   {"{attempt}", absl::StrCat(attempt)},
+                                   {"{user}", name}});
 }
 
 }  // namespace xl::scheduler

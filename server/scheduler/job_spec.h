@@ -29,13 +29,17 @@ absl::Status ValidateJobSpec(v1::JobSpec* spec);
 
 // A checkpoint directory (JobSpec.checkpoint_dir, a queue's
 // default_checkpoint_dir): empty, or an absolute path of at most 1024
-// bytes without control characters or '..', whose only braces are {job}
-// and {attempt}. The error names `field`.
+// bytes without control characters or '..', whose only braces are {job},
+// {attempt} and {user}. The error names `field`.
 absl::Status ValidateCheckpointDir(const std::string& field,
                                    const std::string& dir);
-// `dir` with {job} and {attempt} replaced.
+// `dir` with {job}, {attempt} and {user} replaced; {user} becomes one path
+// component (characters other than letters, digits, '.', '_' and '-' as
+// '_'). A {user} level keeps one user from squatting another's directories
+// by guessing the next job id.
 std::string ExpandCheckpointDir(const std::string& dir,
-                                const std::string& job_id, int32_t attempt);
+                                const std::string& job_id, int32_t attempt,
+                                const std::string& user);
 
 }  // namespace xl::scheduler
 

@@ -355,6 +355,35 @@ TEST_P(IsolationTest, ACheckpointDirIsMadeAsTheJobsUser) {
   EXPECT_EQ(parent.st_mode & 0777, 0755u);
 }
 
+// Security review F6: in a directory others may write, a symlink planted
+// where the job's checkpoint_dir (or a parent of it) will be, pointing at a
+// directory of the job's user, passed the owner check and took the
+// checkpoints wherever it was later repointed. No link is followed now.
+TEST_P(IsolationTest, NoSymlinkInACheckpointPathIsFollowed) {
+  StartSupervisor();
+  const std::string shared = dir_ + "/shared";
+  const std::string home = dir_ + "/home-a";  // the user's own, 0700
+  std::filesystem::create_directories(shared);
+  std::filesystem::create_directories(home);
+  ::chmod(shared.c_str(), 0777);
+  ASSERT_EQ(::chown(home.c_str(), MustLookUp(kUserA).uid,
+                    MustLookUp(kUserA).gid),
+            0);
+  ::chmod(home.c_str(), 0700);
+  ASSERT_EQ(::symlink(home.c_str(), (shared + "/ckpt5").c_str()), 0);
+  ASSERT_EQ(::symlink(home.c_str(), (shared + "/proj").c_str()), 0);
+  int n = 0;
+  for (const std::string& path : {shared + "/ckpt5", shared + "/proj/ckpt6"}) {
+    v1::StartRanks start = Shell(absl::StrCat("ckptlink", ++n), kUserA, "true");
+    start.set_checkpoint_dir(path);
+    v1::RankStatus end = RunToEnd(start);
+    ASSERT_EQ(end.state(), v1::RANK_FAILED_TO_START) << path;
+    EXPECT_THAT(end.message(), HasSubstr("has a symbolic link in its path"))
+        << path;
+  }
+  EXPECT_FALSE(std::filesystem::exists(home + "/ckpt6"));
+}
+
 TEST_P(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {
   StartSupervisor();
   v1::RankStatus end = RunToEnd(Shell(

@@ -898,8 +898,17 @@ TEST(JobSpecTest, CheckpointDirExpandsJobAndAttempt) {
   spec.add_command("/bin/true");
   spec.set_checkpoint_dir("/shared/ckpt/{job}/a{attempt}/{job}");
   ASSERT_TRUE(ValidateJobSpec(&spec).ok());
-  EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 3),
+  EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 3, "alice"),
             "/shared/ckpt/42/a3/42");
+  // {user} is one component whatever the name holds.
+  spec.set_checkpoint_dir("/shared/ckpt/{user}/{job}");
+  ASSERT_TRUE(ValidateJobSpec(&spec).ok());
+  EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 1, "alice"),
+            "/shared/ckpt/alice/42");
+  EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 1, "../x/y"),
+            "/shared/ckpt/.._x_y/42");
+  EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 1, ".."),
+            "/shared/ckpt/_/42");
 }
 
 // An error echoes a bad value cut short and escaped: one readable line of
