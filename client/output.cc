@@ -421,8 +421,11 @@ std::string JobDetails(const xl::v1::Job& job, const RenderContext& context) {
   if (job.world_size() > 0)
     block.Add("World size", absl::StrCat(job.world_size()));
   if (!job.master_addr().empty()) {
-    block.Add("Master",
-              absl::StrCat(job.master_addr(), ":", job.master_port()));
+    // The port is shown to the job's owner and admins only.
+    block.Add("Master", job.master_port() > 0
+                            ? absl::StrCat(job.master_addr(), ":",
+                                           job.master_port())
+                            : job.master_addr());
   }
   block.Add("Time limit",
             spec.has_time_limit()

@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
                  "longer rides out longer scheduler outages and makes a "
                  "lost node's jobs wait as long before running elsewhere");
   app.add_option("--master-port-base", opts.controller.master_port_base,
-                 "first port handed out as MASTER_PORT")
+                 "first port of the range MASTER_PORT is drawn from at "
+                 "random (1000 ports per master address)")
       ->capture_default_str();
   app.add_option("--retention", retention,
                  "forget finished jobs (with their events, logs and metrics) "

@@ -132,12 +132,16 @@ void RedactJob(v1::Job* job, bool full) {
   if (!full) {
     // Others see what a job asks for and where it runs, not what it runs
     // with: environment values, arguments (they often carry keys), its
-    // training metrics, its idempotency key and its ranks' messages.
+    // training metrics, its idempotency key, its MASTER_PORT and its ranks'
+    // messages.
     for (auto& entry : *env) entry.second = kRedacted;
     auto* command = job->mutable_spec()->mutable_command();
     for (int i = 1; i < command->size(); ++i) *command->Mutable(i) = kRedacted;
     job->clear_metrics();
     job->clear_idempotency_key();
+    // A co-tenant on the master's node could take the port first or talk
+    // to the job's store on it (security review F5).
+    job->clear_master_port();
     for (auto& exit : *job->mutable_rank_exits()) exit.clear_message();
   }
   for (const std::string& key : job->spec().secret_env()) {

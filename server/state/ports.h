@@ -1,10 +1,14 @@
 // MasterPorts: the MASTER_PORT handed to each running attempt, unique per
-// master address within [base, base + count). In-memory model: no threads,
-// no I/O; thread-compatible (the controller's mutex guards it).
+// master address within [base, base + count), drawn at random among the
+// free ones: a co-tenant cannot know the next job's port ahead and take it
+// first (security review F5). In-memory model: no threads, no I/O;
+// thread-compatible (the controller's mutex guards it).
 #ifndef XL_SERVER_STATE_PORTS_H_
 #define XL_SERVER_STATE_PORTS_H_
 
+#include <cstdint>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 
@@ -12,10 +16,11 @@ namespace xl::state {
 
 class MasterPorts {
  public:
-  MasterPorts(int base, int count) : base_(base), count_(count) {}
+  // `seed` 0: from std::random_device.
+  MasterPorts(int base, int count, uint64_t seed = 0);
 
-  // A free port of `address`, taken; the next search starts after it so a
-  // port just released is not reused at once. When all are taken: base.
+  // A free port of `address`, taken, at random. When all are taken: one of
+  // them at random (the job then fails to bind and says so).
   int Allocate(const std::string& address);
   // Marks `port` taken (recovery of a running attempt).
   void Reserve(const std::string& address, int port);
@@ -25,8 +30,8 @@ class MasterPorts {
  private:
   const int base_;
   const int count_;
+  std::mt19937_64 random_;
   std::map<std::string, std::set<int>> used_;
-  std::map<std::string, int> cursor_;
 };
 
 }  // namespace xl::state

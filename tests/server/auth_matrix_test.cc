@@ -380,6 +380,19 @@ TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
     if (st.ok()) ExpectRedactedFor(w, resp, "GetJob");
     return st;
   });
+  // A running job's MASTER_PORT is its owner's (security review F5).
+  unary("JobService.GetJob (a running job)", kAnyUser,
+        [&](int w, grpc::ClientContext* c) {
+          v1::GetJobRequest req;
+          req.set_job_id(running);
+          v1::Job resp;
+          grpc::Status st = Jobs(w).GetJob(c, req, &resp);
+          if (st.ok()) {
+            EXPECT_EQ(resp.master_port() > 0, w == kOwner || w == kAdmin)
+                << "MASTER_PORT shown to " << kWhoNames[w];
+          }
+          return st;
+        });
   unary("JobService.ExplainJob", kAnyUser, [&](int w, grpc::ClientContext* c) {
     v1::ExplainJobRequest req;
     req.set_job_id(job);
