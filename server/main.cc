@@ -310,6 +310,11 @@ int main(int argc, char** argv) {
                "with TLS and tokens on: serve /metrics without a token "
                "(its per-job series name jobs, users and their progress; "
                "by default Prometheus sends a user token)");
+  app.add_option("--dashboard-host", opts.dashboard_hosts,
+                 "without TLS: a host name the dashboard and /metrics may be "
+                 "reached by besides IP addresses, localhost and this "
+                 "machine's hostname (requests naming another Host are "
+                 "refused, against DNS rebinding); repeat for more");
   app.add_option("--metrics-port-file", metrics_port_file,
                  "write the --metrics-listen port to this file once "
                  "listening");

@@ -6,16 +6,21 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "common/proto_text.h"
 #include "server/service/scheduler_server.h"
 
@@ -294,7 +299,77 @@ std::string HttpGateway::Scrape() {
   return prometheus::TextSerializer().Serialize(families);
 }
 
+std::string HostOf(const std::string& host_header) {
+  std::string h = absl::AsciiStrToLower(host_header);
+  if (!h.empty() && h.front() == '[') {
+    const size_t close = h.find(']');
+    if (close == std::string::npos) return "";
+    return h.substr(0, close + 1);
+  }
+  const size_t colon = h.find(':');
+  if (colon != std::string::npos) h.resize(colon);
+  if (!h.empty() && h.back() == '.') h.pop_back();  // "localhost."
+  return h;
+}
+
+bool HostAllowed(const std::string& host, const std::string& hostname,
+                 const std::vector<std::string>& allowed) {
+  if (host.empty()) return false;
+  in_addr v4;
+  in6_addr v6;
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return true;
+  if (host.front() == '[' &&
+      ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) ==
+          1) {
+    return true;
+  }
+  if (host == "localhost" || absl::EndsWith(host, ".localhost")) return true;
+  if (!hostname.empty() && host == absl::AsciiStrToLower(hostname)) {
+    return true;
+  }
+  for (const std::string& a : allowed) {
+    if (host == absl::AsciiStrToLower(a)) return true;
+  }
+  return false;
+}
+
 http::Response HttpGateway::Handle(const http::Request& req) {
+  if (req.path == "/healthz") return http::TextResponse(200, "ok");
+  if (opts_.tls_cert_file.empty()) {
+    // DNS rebinding: a page of evil.example whose name now resolves here
+    // would read the API with the operator's browser; its requests name
+    // evil.example as Host.
+    char name[256] = {0};
+    if (::gethostname(name, sizeof(name) - 1) != 0) name[0] = '\0';
+    const std::string host = HostOf(req.Header("host"));
+    if (!HostAllowed(host, name, opts_.allowed_hosts)) {
+      return http::TextResponse(
+          403, absl::StrCat("Host '", absl::CEscape(req.Header("host").substr(0, 64)),
+                            "' is not a name of this scheduler (refused "
+                            "against DNS rebinding); open it by its IP "
+                            "address or localhost, or start xl-scheduler "
+                            "with --dashboard-host NAME"));
+    }
+  }
+  if (absl::StartsWith(req.path, "/api/")) {
+    // A page of another origin may not call the API with the user's
+    // browser (no CORS is offered either).
+    const std::string origin = req.Header("origin");
+    if (!origin.empty()) {
+      absl::string_view rest = origin;
+      const bool scheme = absl::ConsumePrefix(&rest, "http://") ||
+                          absl::ConsumePrefix(&rest, "https://");
+      if (!scheme || absl::AsciiStrToLower(rest) !=
+                         absl::AsciiStrToLower(req.Header("host"))) {
+        return JsonError(403, "PERMISSION_DENIED",
+                         absl::StrCat("the API answers pages of this origin "
+                                      "only, not ",
+                                      absl::CEscape(origin.substr(0, 64)),
+                                      "; call it from the dashboard, xlctl "
+                                      "or a client without an Origin"));
+      }
+    }
+  }
   if (req.path == "/metrics") {
     if (req.method != "GET") return http::TextResponse(405, "use GET");
     if (opts_.auth_enabled && !opts_.metrics_without_token) {
@@ -314,7 +389,6 @@ http::Response HttpGateway::Handle(const http::Request& req) {
     r.body = Scrape();
     return r;
   }
-  if (req.path == "/healthz") return http::TextResponse(200, "ok");
   if (req.path == "/api/info") {
     return JsonResponse(
         200, absl::StrCat("{\"auth_enabled\":",

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/http_server.h"
@@ -51,7 +52,20 @@ struct GatewayOptions {
   // series name jobs, users and their progress.
   bool metrics_without_token = false;
   std::string version = "dev";
+  // Without TLS, the Host names (besides IP addresses, localhost and this
+  // machine's hostname) requests may carry: a page elsewhere that rebinds
+  // its own name to this address is refused (DNS rebinding). With TLS the
+  // certificate already refuses it.
+  std::vector<std::string> allowed_hosts;
 };
+
+// The host of a Host header value ("name", "name:port", "[v6]:port"),
+// lower case; "" when it is malformed.
+std::string HostOf(const std::string& host_header);
+// Whether `host` (from HostOf) is an IP address, localhost, `hostname` or
+// one of `allowed`.
+bool HostAllowed(const std::string& host, const std::string& hostname,
+                 const std::vector<std::string>& allowed);
 
 class HttpGateway {
  public:

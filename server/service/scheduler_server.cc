@@ -206,6 +206,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
       gw.tls_key_file = opts.tls_key_file;
     }
     gw.metrics_without_token = opts.metrics_without_token;
+    gw.allowed_hosts = opts.dashboard_hosts;
     auto gateway =
         HttpGateway::Start(gw, s->controller_.get(), s->telemetry_.get());
     if (!gateway.ok()) return gateway.status();

@@ -47,6 +47,8 @@ struct ServerOptions {
   std::string metrics_listen;
   // With auth on, serve /metrics without a token (see GatewayOptions).
   bool metrics_without_token = false;
+  // GatewayOptions.allowed_hosts.
+  std::vector<std::string> dashboard_hosts;
   // Shown by /api/info.
   std::string version = "dev";
 };

@@ -7,8 +7,10 @@ import json
 import os
 import re
 import sys
+import http.client
 import textwrap
 import unittest
+import urllib.parse
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -45,6 +47,46 @@ def total(samples, name, **labels):
 
 
 class Observability(unittest.TestCase):
+    def test_the_http_port_refuses_dns_rebinding(self):
+        """Security review F8: without TLS (the one-user loopback mode, where
+        every caller is an admin), a page of another site whose name now
+        resolves to 127.0.0.1 must not read the API or /metrics."""
+        c = Cluster(agents=0, scheduler_args=["--metrics-listen", "127.0.0.1:0",
+                                              "--dashboard-host", "xl.example"])
+        self.addCleanup(c.close)
+        url = wait_until("the scheduler's metrics address", lambda: re.search(
+            r"metrics on (http://127\.0\.0\.1:\d+)/metrics", c.log_of("scheduler")))
+        port = urllib.parse.urlsplit(url.group(1)).port
+
+        def ask(method, path, host, origin=None):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            headers = {"Host": host, "Content-Type": "application/json"}
+            if origin:
+                headers["Origin"] = origin
+            conn.request(method, path, body=b"{}" if method == "POST" else None,
+                         headers=headers)
+            r = conn.getresponse()
+            body = r.read().decode()
+            conn.close()
+            return r.status, body
+
+        api = "/api/xl.v1.JobService/ListJobs"
+        status, body = ask("POST", api, "evil.example")
+        self.assertEqual(status, 403, body)
+        self.assertIn("--dashboard-host", body)
+        self.assertEqual(ask("GET", "/metrics", f"evil.example:{port}")[0], 403)
+        self.assertEqual(ask("GET", "/", "evil.example")[0], 403)
+        # Its own names pass: IP addresses, localhost, --dashboard-host.
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "xl.example", "[::1]"):
+            self.assertEqual(ask("POST", api, host)[0], 200, host)
+        self.assertEqual(ask("GET", "/healthz", "anything")[0], 200)
+        # A page of another origin may not call the API; its own may.
+        status, body = ask("POST", api, f"127.0.0.1:{port}", origin="http://evil.example")
+        self.assertEqual(status, 403, body)
+        self.assertIn("PERMISSION_DENIED", body)
+        self.assertEqual(ask("POST", api, f"127.0.0.1:{port}",
+                             origin=f"http://127.0.0.1:{port}")[0], 200)
+
     def test_scheduler_and_agent_metrics_match_the_cluster(self):
         c = Cluster(agents=0, scheduler_args=["--metrics-listen", "127.0.0.1:0"])
         self.addCleanup(c.close)
