@@ -435,6 +435,11 @@ CommandLine::CommandLine()
                    ->check(CLI::NonNegativeNumber);
   logs->add_flag("-f,--follow", inv.logs.follow,
                  "keep printing new output until the job ends");
+  logs->add_flag("--raw", inv.logs.raw,
+                 "on a terminal, print the output's control characters as "
+                 "they are (colours, progress bars) instead of escaped; "
+                 "only for output you trust: it can clear your screen or "
+                 "set your clipboard");
 
   CLI::App* watch = add("watch",
                         "Print a job's state changes as they happen, "

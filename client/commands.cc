@@ -458,7 +458,11 @@ absl::Status Commands::Logs(const std::string& job_id,
     request.set_rank(-1);
     request.set_all_ranks(true);
   }
-  LogPrinter printer(/*prefix_ranks=*/!options.rank && WorldSize(job) > 1);
+  // A job's output is its user's text: on a terminal it must not drive it
+  // (clear the screen, fake lines, write the clipboard with OSC 52), also
+  // for an admin reading another user's job. Pipes get the bytes.
+  LogPrinter printer(/*prefix_ranks=*/!options.rank && WorldSize(job) > 1,
+                     /*escape=*/terminal_ && !options.raw);
   auto context = connection_->StreamContext();
   auto reader = connection_->jobs().StreamLogs(context.get(), request);
   xl::v1::LogChunk chunk;

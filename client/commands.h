@@ -53,6 +53,8 @@ struct LogsOptions {
   // Only this rank; every rank when unset.
   std::optional<int32_t> rank;
   bool follow = false;
+  // On a terminal, print control characters as they came (else escaped).
+  bool raw = false;
 };
 
 struct TopOptions {

@@ -1021,8 +1021,46 @@ std::string EventLine(const xl::v1::JobEvent& event,
   return line + "\n";
 }
 
+namespace {
+
+// `text` with its lines and tabs kept and every other control character
+// escaped.
+std::string EscapeLog(absl::string_view text) {
+  std::string out;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != '\n' && text[i] != '\t') continue;
+    out += Printable(text.substr(start, i - start));
+    if (i < text.size()) out += text[i];
+    start = i + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string LogPrinter::Add(const xl::v1::LogChunk& chunk) {
-  if (!prefix_ranks_) return chunk.data();
+  if (!prefix_ranks_) {
+    if (!escape_) return chunk.data();
+    // A UTF-8 character split across chunks waits for its rest, so that it
+    // is not escaped as stray bytes.
+    std::string& held =
+        partial_[{chunk.rank(), static_cast<int>(chunk.stream())}];
+    std::string text = held + chunk.data();
+    held.clear();
+    for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+      const unsigned char c =
+          static_cast<unsigned char>(text[text.size() - back]);
+      if ((c & 0xC0) == 0x80) continue;  // a continuation byte
+      const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      if (need > back) {
+        held = text.substr(text.size() - back);
+        text.resize(text.size() - back);
+      }
+      break;
+    }
+    return EscapeLog(text);
+  }
   std::string& pending =
       partial_[{chunk.rank(), static_cast<int>(chunk.stream())}];
   pending += chunk.data();
@@ -1031,8 +1069,9 @@ std::string LogPrinter::Add(const xl::v1::LogChunk& chunk) {
   size_t start = 0;
   for (size_t nl = pending.find('\n'); nl != std::string::npos;
        nl = pending.find('\n', start)) {
-    absl::StrAppend(&out, prefix,
-                    absl::string_view(pending).substr(start, nl + 1 - start));
+    absl::string_view line =
+        absl::string_view(pending).substr(start, nl + 1 - start);
+    absl::StrAppend(&out, prefix, escape_ ? EscapeLog(line) : line);
     start = nl + 1;
   }
   pending.erase(0, start);
@@ -1043,7 +1082,12 @@ std::string LogPrinter::Flush() {
   std::string out;
   for (auto& [key, pending] : partial_) {
     if (pending.empty()) continue;
-    absl::StrAppend(&out, "[rank ", key.first, "] ", pending, "\n");
+    if (prefix_ranks_) {
+      absl::StrAppend(&out, "[rank ", key.first, "] ",
+                      escape_ ? EscapeLog(pending) : pending, "\n");
+    } else {
+      out += EscapeLog(pending);  // an unfinished character: its bytes
+    }
     pending.clear();
   }
   return out;

@@ -143,7 +143,10 @@ std::string EventLine(const xl::v1::JobEvent& event,
 // Not thread-safe; one per stream.
 class LogPrinter {
  public:
-  explicit LogPrinter(bool prefix_ranks) : prefix_ranks_(prefix_ranks) {}
+  // `escape`: control characters but newline and tab print as visible
+  // escapes (Printable), for a terminal.
+  explicit LogPrinter(bool prefix_ranks, bool escape = false)
+      : prefix_ranks_(prefix_ranks), escape_(escape) {}
 
   // Returns what to print for `chunk` now.
   std::string Add(const xl::v1::LogChunk& chunk);
@@ -153,6 +156,7 @@ class LogPrinter {
 
  private:
   bool prefix_ranks_;
+  bool escape_;
   // (rank, stream) -> the unfinished line.
   std::map<std::pair<int32_t, int>, std::string> partial_;
 };

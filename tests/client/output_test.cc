@@ -473,6 +473,32 @@ TEST(OutputTest, LogPrinterWithoutPrefixPassesBytesThrough) {
   EXPECT_EQ(printer.Flush(), "");
 }
 
+// Security review F9: a job's output must not drive the terminal of whoever
+// reads it (an admin included): on a terminal its control characters are
+// escaped, lines, tabs and UTF-8 kept, also when a character is split
+// across chunks.
+TEST(OutputTest, LogPrinterOnATerminalEscapesControlCharacters) {
+  for (bool prefix : {false, true}) {
+    LogPrinter printer(prefix, /*escape=*/true);
+    xl::v1::LogChunk a;
+    a.set_data("\x1b]52;c;Y3VybCBldmlsfHNo\a\x1b[2J\tok \xc3");
+    xl::v1::LogChunk b;
+    b.set_data("\xa9t\xc3\xa9\n");
+    std::string out = printer.Add(a);
+    out += printer.Add(b);
+    out += printer.Flush();
+    EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+    EXPECT_EQ(out.find('\a'), std::string::npos) << out;
+    EXPECT_NE(out.find("\\e]52;c;"), std::string::npos) << out;
+    EXPECT_NE(out.find("\tok \xc3\xa9t\xc3\xa9\n"), std::string::npos) << out;
+  }
+  // Without escape (a pipe, or --raw): the bytes.
+  LogPrinter raw(false, /*escape=*/false);
+  xl::v1::LogChunk c;
+  c.set_data("\x1b[31mred\n");
+  EXPECT_EQ(raw.Add(c), "\x1b[31mred\n");
+}
+
 TEST(OutputTest, LogPrinterPrefixesWholeLinesPerRank) {
   LogPrinter printer(/*prefix_ranks=*/true);
   v1::LogChunk a;
