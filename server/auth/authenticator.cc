@@ -143,10 +143,20 @@ void RedactJob(v1::Job* job, bool full) {
     // to the job's store on it (security review F5).
     job->clear_master_port();
     for (auto& exit : *job->mutable_rank_exits()) exit.clear_message();
+    RedactReason(job->state(),
+                 job->attempt() > 1 || job->retries_used() > 0 ||
+                     job->preemptions() > 0 || job->has_start_time(),
+                 job->mutable_reason());
   }
   for (const std::string& key : job->spec().secret_env()) {
     auto it = env->find(key);
     if (it != env->end()) it->second = kRedacted;
+  }
+}
+
+void RedactReason(v1::JobState state, bool ran, std::string* reason) {
+  if ((state != v1::PENDING || ran) && !reason->empty()) {
+    *reason = kReasonHidden;
   }
 }
 

@@ -76,8 +76,16 @@ absl::Status RequireOwner(const Principal& p, const v1::Job& job,
 inline constexpr char kRedacted[] = "<redacted>";
 // Hides the values of the job's secret_env entries always; when `full` is
 // false (someone else's job) also every env value, the command's
-// arguments, the metrics, the idempotency key and the ranks' exit messages.
+// arguments, the metrics, the idempotency key, MASTER_PORT, the ranks' exit
+// messages and the reason of a job that is not pending (RedactReason).
 void RedactJob(v1::Job* job, bool full);
+// A reason shown to others: that of a job that never ran (pending, not
+// requeued: `ran` false) is the scheduler's own words, why it waits, and
+// kept; any other may quote the ranks and the agent (a path from the job's
+// environment, its program's message), and is hidden.
+void RedactReason(v1::JobState state, bool ran, std::string* reason);
+inline constexpr char kReasonHidden[] =
+    "<shown to the job's owner and admins>";
 // RedactJob with `full` = OwnsOrAdmin(p, job->user()).
 void RedactJobFor(const Principal& p, v1::Job* job);
 

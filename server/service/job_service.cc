@@ -163,20 +163,40 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* request) {
   Controller* c = controller_;
   std::string id = request->job_id();
-  // Anyone may follow a job's events (they carry no environment).
+  // Anyone may follow a job's events; others see the reasons of its
+  // pending states only (auth::RedactReason).
   auto who = User(auth_, ctx, "watch");
   absl::Status allowed = who.status();
   std::function<void()> release;
   if (allowed.ok()) allowed = TakeStream(who->name, &release);
+  bool full = false;
+  if (allowed.ok() && !id.empty()) {
+    absl::StatusOr<v1::Job> job = c->GetJob(id);
+    full = job.ok() && auth::OwnsOrAdmin(*who, job->user());
+  }
   return FeedReactor<v1::JobEvent>::Start(
       c, id, request->after_seq(), /*follow=*/true,
-      [c, id, allowed](int64_t after, std::vector<v1::JobEvent>* out,
-                       bool* finished) {
+      [c, id, allowed, full](int64_t after, std::vector<v1::JobEvent>* out,
+                             bool* finished) {
         RETURN_IF_ERROR(allowed);
         if (id.empty()) {
           return absl::InvalidArgumentError("job_id: required; see xlctl list");
         }
-        return c->ReadEvents(id, after, out, finished);
+        const size_t before = out->size();
+        RETURN_IF_ERROR(c->ReadEvents(id, after, out, finished));
+        if (!full) {
+          for (size_t i = before; i < out->size(); ++i) {
+            v1::JobEvent& e = (*out)[i];
+            // Into PENDING from another state: a requeue, whose reason
+            // quotes the ranks.
+            auth::RedactReason(
+                e.to_state(),
+                e.from_state() != v1::PENDING &&
+                    e.from_state() != v1::JOB_STATE_UNSPECIFIED,
+                e.mutable_reason());
+          }
+        }
+        return absl::OkStatus();
       },
       std::move(release));
 }

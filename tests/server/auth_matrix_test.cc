@@ -676,6 +676,76 @@ TEST_F(AuthMatrixTest, EveryRpcByEveryCaller) {
 
 // An agent with n2's certificate cannot register as n1: the node name
 // comes from the certificate.
+// A failed job's reason quotes its rank (security review F10): a path from
+// the job's environment, its program's words. Others see that it failed,
+// not why; a pending job's reason (the scheduler's, why it waits) is
+// everyone's, as the queue is.
+TEST_F(AuthMatrixTest, AFailedJobsReasonIsItsOwners) {
+  ConnectN1();
+  const std::string id = SubmitAlices("fails");
+  v1::StartRanks start = NextStart();
+  ASSERT_EQ(start.job_id(), id);
+  const std::string pending = SubmitAlices("waits", /*nodes=*/2);
+  const std::string leak = "cannot open /home/alice/project-x/PATH=/opt/x";
+  v1::AgentMessage exit;
+  v1::RankStatus* st = exit.mutable_rank_status();
+  st->set_job_id(id);
+  st->set_attempt(start.attempt());
+  st->set_rank(0);
+  st->set_state(v1::RANK_EXITED);
+  st->set_exit_code(3);
+  st->set_message(leak);
+  ASSERT_TRUE(agent_stream_->Write(exit));
+  auto get = [&](int w, const std::string& job) {
+    v1::GetJobRequest req;
+    req.set_job_id(job);
+    v1::Job resp;
+    auto ctx = Context(w);
+    grpc::Status s = Jobs(w).GetJob(ctx.get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  };
+  v1::Job done;
+  for (int i = 0; i < 500; ++i) {
+    done = get(kOwner, id);
+    if (done.state() == v1::FAILED) break;
+    usleep(10000);
+  }
+  ASSERT_EQ(done.state(), v1::FAILED) << done.DebugString();
+  EXPECT_NE(done.reason().find(leak), std::string::npos) << done.reason();
+  EXPECT_NE(get(kAdmin, id).reason().find(leak), std::string::npos);
+  EXPECT_EQ(get(kOtherUser, id).reason(), auth::kReasonHidden);
+  const std::string waits = get(kOwner, pending).reason();
+  EXPECT_FALSE(waits.empty());
+  EXPECT_EQ(get(kOtherUser, pending).reason(), waits);
+
+  // The same through WatchJob: bob sees every transition, no rank's words.
+  for (int w : {kOtherUser, kOwner}) {
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    auto ctx = Context(w);
+    auto reader = Jobs(w).WatchJob(ctx.get(), req);
+    v1::JobEvent event;
+    bool failed = false;
+    while (!failed && reader->Read(&event)) {
+      if (w != kOwner) {
+        EXPECT_EQ(event.reason().find("/home/alice"), std::string::npos)
+            << kWhoNames[w] << ": " << event.reason();
+      }
+      if (event.to_state() == v1::FAILED) {
+        failed = true;
+        EXPECT_EQ(event.reason().find(leak) != std::string::npos, w == kOwner)
+            << kWhoNames[w] << ": " << event.reason();
+      }
+    }
+    EXPECT_TRUE(failed) << kWhoNames[w];
+    ctx->TryCancel();
+    while (reader->Read(&event)) {
+    }
+    reader->Finish().ok();
+  }
+}
+
 TEST_F(AuthMatrixTest, ANodeCertificateCannotRegisterAnotherName) {
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ca_.cert;
