@@ -23,6 +23,7 @@
 #include "absl/strings/strip.h"
 #include "common/proto_text.h"
 #include "server/service/scheduler_server.h"
+#include "xl/v1/auth.pb.h"
 
 namespace xl::service {
 namespace {
@@ -123,8 +124,9 @@ void AddGauge(prometheus::MetricFamily* f,
   f->metric.push_back(std::move(m));
 }
 
+// `jobs_of`: see HttpGateway::Scrape.
 std::vector<prometheus::MetricFamily> ModelFamilies(
-    const control::ModelMetrics& mm) {
+    const control::ModelMetrics& mm, const std::string* jobs_of) {
   using prometheus::MetricType;
   std::vector<prometheus::MetricFamily> out;
   auto jobs = Family("xl_jobs",
@@ -205,6 +207,7 @@ std::vector<prometheus::MetricFamily> ModelFamilies(
   for (const JobGauge& g : kJobGauges) {
     auto f = Family(g.name, g.help, MetricType::Gauge);
     for (const auto& t : mm.training) {
+      if (jobs_of != nullptr && t.user != *jobs_of) continue;
       const double v = g.value(t.metrics);
       if (g.only_positive && v <= 0) continue;
       AddGauge(&f, {{"job", t.job}, {"queue", t.queue}, {"user", t.user}}, v);
@@ -250,31 +253,42 @@ void HttpGateway::Attach(grpc::Server* server) {
   stub_ = std::make_shared<grpc::GenericStub>(channel);
 }
 
-bool HttpGateway::TokenAccepted(const std::string& authorization) {
+std::optional<HttpGateway::Scraper> HttpGateway::TokenUser(
+    const std::string& authorization) {
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&tokens_mu_);
     auto it = accepted_.find(authorization);
-    if (it != accepted_.end() && now - it->second < absl::Minutes(1) &&
-        now >= it->second) {
-      return true;
+    // A clock stepped back counts as expired.
+    if (it != accepted_.end() && now - it->second.at < kTokenReuse &&
+        now >= it->second.at) {
+      return it->second;
     }
   }
   http::Request who;
   who.method = "POST";
   who.headers["authorization"] = authorization;
-  if (Api(who, "xl.v1.AuthService/WhoAmI").status != 200) return false;
+  http::Response r = Api(who, "xl.v1.AuthService/WhoAmI");
+  if (r.status != 200) return std::nullopt;
+  v1::WhoAmIResponse me;
+  pb::util::JsonParseOptions lenient;
+  lenient.ignore_unknown_fields = true;
+  if (!pb::util::JsonStringToMessage(r.body, &me, lenient).ok() ||
+      me.kind() != "user") {
+    return std::nullopt;
+  }
+  Scraper s{me.name(), me.admin(), now};
   absl::MutexLock lock(&tokens_mu_);
   if (accepted_.size() > 1000) accepted_.clear();  // bounded
-  accepted_[authorization] = now;
-  return true;
+  accepted_[authorization] = s;
+  return s;
 }
 
 void HttpGateway::Stop() {
   if (http_) http_->Stop();
 }
 
-std::string HttpGateway::Scrape() {
+std::string HttpGateway::Scrape(const std::string* jobs_of) {
   std::vector<prometheus::MetricFamily> families =
       telemetry_->registry().Collect();
   std::shared_ptr<const control::ModelMetrics> model;
@@ -293,7 +307,7 @@ std::string HttpGateway::Scrape() {
     }
     model = model_;
   }
-  for (auto& f : ModelFamilies(*model)) {
+  for (auto& f : ModelFamilies(*model, jobs_of)) {
     families.push_back(std::move(f));
   }
   return prometheus::TextSerializer().Serialize(families);
@@ -372,9 +386,15 @@ http::Response HttpGateway::Handle(const http::Request& req) {
   }
   if (req.path == "/metrics") {
     if (req.method != "GET") return http::TextResponse(405, "use GET");
+    // The per-job series name jobs and users and show a job's progress
+    // (loss, step): with tokens, a user's own jobs' and an admin's all
+    // (security review F10). --metrics-without-token serves all to anyone,
+    // as the operator chose.
+    std::optional<Scraper> scraper;
     if (opts_.auth_enabled && !opts_.metrics_without_token) {
       const std::string auth = req.Header("authorization");
-      if (auth.empty() || !TokenAccepted(auth)) {
+      if (!auth.empty()) scraper = TokenUser(auth);
+      if (!scraper.has_value()) {
         http::Response r = http::TextResponse(
             401,
             "/metrics needs a user token here: send \"Authorization: Bearer "
@@ -386,7 +406,8 @@ http::Response HttpGateway::Handle(const http::Request& req) {
     }
     http::Response r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = Scrape();
+    r.body = Scrape(scraper.has_value() && !scraper->admin ? &scraper->user
+                                                            : nullptr);
     return r;
   }
   if (req.path == "/api/info") {

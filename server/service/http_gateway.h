@@ -24,6 +24,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,8 +87,10 @@ class HttpGateway {
   void Stop();
 
   // The /metrics body (also for tests and benchmarks). The model's part is
-  // at most kModelReuse old; counters and histograms are live.
-  std::string Scrape();
+  // at most kModelReuse old; counters and histograms are live. Per-job
+  // series (xl_job_*, labelled with job and user) are every job's when
+  // `jobs_of` is null, else only those of that user's jobs.
+  std::string Scrape(const std::string* jobs_of = nullptr);
 
  private:
   HttpGateway() = default;
@@ -97,15 +100,22 @@ class HttpGateway {
   GatewayOptions opts_;
   control::Controller* controller_ = nullptr;
   control::SchedulerTelemetry* telemetry_ = nullptr;
-  // Whether `authorization` holds a user token the API takes (a WhoAmI
-  // through the API, remembered for a minute).
-  bool TokenAccepted(const std::string& authorization);
+  // Who holds `authorization`, a user token the API takes (a WhoAmI
+  // through the API, remembered for kTokenReuse: a revoked token scrapes
+  // that much longer at most); nullopt when it is no such token.
+  struct Scraper {
+    std::string user;
+    bool admin = false;
+    absl::Time at;
+  };
+  std::optional<Scraper> TokenUser(const std::string& authorization);
+  static constexpr absl::Duration kTokenReuse = absl::Seconds(10);
 
   absl::Mutex stub_mu_;
   std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(stub_mu_);
   std::shared_ptr<grpc::GenericStub> stub_ ABSL_GUARDED_BY(stub_mu_);
   absl::Mutex tokens_mu_;
-  std::map<std::string, absl::Time> accepted_ ABSL_GUARDED_BY(tokens_mu_);
+  std::map<std::string, Scraper> accepted_ ABSL_GUARDED_BY(tokens_mu_);
   std::unique_ptr<http::Server> http_;
 
   // The last walk of the model, reused by scrapes for a second.

@@ -126,6 +126,15 @@ class Dashboard(unittest.TestCase):
         req = urllib.request.Request(self.url + "/metrics", headers={"Authorization": "Bearer " + token})
         with urllib.request.urlopen(req, context=self.ctx, timeout=20) as r:
             self.assertIn(f'xl_job_step{{job="{train}"', r.read().decode())
+        # Another user's token scrapes the fleet's series, not the admin's
+        # job's loss and step (security review F10).
+        bob = self.xlctl("token", "create", "--user", "bob").strip()
+        req = urllib.request.Request(self.url + "/metrics", headers={"Authorization": "Bearer " + bob})
+        with urllib.request.urlopen(req, context=self.ctx, timeout=20) as r:
+            body = r.read().decode()
+        self.assertIn("xl_jobs{", body)
+        self.assertIn("# TYPE xl_job_loss gauge", body)
+        self.assertNotIn(f'job="{train}"', body)
 
         expect = os.path.join(self.tmp, "expect.json")
         with open(expect, "w") as f:
