@@ -30,6 +30,9 @@ inline constexpr int kStageUser = 5;
 inline constexpr int kStageCheckpointDir = 6;
 inline constexpr int kStageCheckpointOwner = 7;
 inline constexpr int kStageCheckpointSymlink = 8;
+// No candidate of the PATH lookup could be executed (err: ENOENT, or
+// EACCES when one was there but not executable by the rank's user).
+inline constexpr int kStageNotInPath = 9;
 
 // What the child becomes before execve, prepared by the parent (no
 // allocation after fork).
@@ -57,10 +60,15 @@ struct ChildIdentity {
 // may write to). `path` (absolute) is edited in place and restored.
 int MakeDirsInChild(char* path);
 
-// Becomes the rank and execs `path`; never returns.
+// Becomes the rank and execs the first of `paths` (nullptr-terminated)
+// that it can; never returns. A program named without a slash is looked up
+// in PATH this way, as the rank's user after its chdir, as execvp does: the
+// agent (root) never answers whether a file exists where the user cannot
+// look (security review F13). One candidate that fails otherwise than
+// ENOENT, ENOTDIR or EACCES ends the lookup (kStageExec).
 [[noreturn]] void ExecChild(pid_t parent, int devnull, int out_w, int err_w,
                             int metrics_w, int error_w, const char* dir,
-                            const char* path, char* const* argv,
+                            char* const* paths, char* const* argv,
                             char* const* envp, const ChildIdentity& identity);
 
 }  // namespace xl::agent

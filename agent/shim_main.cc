@@ -52,12 +52,6 @@ void Log(const std::string& dir, const std::string& line) {
   (void)ignored;
 }
 
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
-}
-
 // A spool file: what came from one of the rank's pipes.
 struct Spool {
   int pipe = -1;
@@ -95,26 +89,16 @@ class Shim {
       std::string failed = MakeDir(step);
       if (!failed.empty()) return Fail(failed + step.fix, true);
     }
-    std::string path = spec_.program;
-    if (path.find('/') == std::string::npos) {
-      std::string found;
+    // A program without a slash is looked up in PATH by the child, as the
+    // rank's user (ExecChild): these are the candidates, in order.
+    std::vector<std::string> paths;
+    if (spec_.program.find('/') != std::string::npos) {
+      paths.push_back(spec_.program);
+    } else {
       for (absl::string_view entry : absl::StrSplit(spec_.search_path, ':')) {
-        std::string candidate =
-            absl::StrCat(entry.empty() ? "." : entry, "/", path);
-        if (IsExecutableFile(candidate)) {
-          found = candidate;
-          break;
-        }
+        paths.push_back(
+            absl::StrCat(entry.empty() ? "." : entry, "/", spec_.program));
       }
-      if (found.empty()) {
-        return Fail(absl::StrCat(
-                        "cannot execute ", path, ": not found in PATH=",
-                        spec_.search_path,
-                        "; fix command[0] in the job spec (an absolute path, "
-                        "or a program in PATH)"),
-                    false);
-      }
-      path = found;
     }
     for (auto [spool, name] : {std::pair{&out_, kStdout}, {&err_, kStderr},
                                {&metrics_, kMetrics}}) {
@@ -128,7 +112,7 @@ class Shim {
                     true);
       }
     }
-    return Launch(path) ? Supervise() : 0;
+    return Launch(paths) ? Supervise() : 0;
   }
 
  private:
@@ -212,8 +196,10 @@ class Shim {
     return failed;
   }
 
-  bool Launch(const std::string& path) {
-    std::vector<char*> argv, envp;
+  bool Launch(std::vector<std::string>& paths) {
+    std::vector<char*> argv, envp, candidates;
+    for (std::string& s : paths) candidates.push_back(s.data());
+    candidates.push_back(nullptr);
     for (std::string& s : spec_.argv) argv.push_back(s.data());
     argv.push_back(nullptr);
     for (std::string& s : spec_.env) envp.push_back(s.data());
@@ -274,7 +260,7 @@ class Shim {
     pid_t pid = fork();
     if (pid == 0) {
       ExecChild(self, devnull, out[1], err[1], metrics[1], error_pipe[1],
-                spec_.dir.c_str(), path.c_str(), argv.data(), envp.data(),
+                spec_.dir.c_str(), candidates.data(), argv.data(), envp.data(),
                 identity);
     }
     const int fork_errno = errno;
@@ -299,7 +285,7 @@ class Shim {
       int st;
       while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
       }
-      Fail(ChildErrorMessage(child_error, path),
+      Fail(ChildErrorMessage(child_error),
            child_error.stage == kStageCgroup || child_error.stage == kStageSetup);
       return false;
     }
@@ -324,7 +310,8 @@ class Shim {
     return true;
   }
 
-  std::string ChildErrorMessage(const ChildError& e, const std::string& path) {
+  std::string ChildErrorMessage(const ChildError& e) {
+    const std::string& path = spec_.program;
     switch (e.stage) {
       case kStageChdir:
         return absl::StrCat("cannot change to working directory ", spec_.dir,
@@ -333,6 +320,23 @@ class Shim {
       case kStageExec:
         return absl::StrCat("cannot execute ", path, ": ", Errno(e.err),
                             "; fix command[0] in the job spec");
+      case kStageNotInPath:
+        if (path.find('/') != std::string::npos) {
+          return absl::StrCat("cannot execute ", path, ": ", Errno(e.err),
+                              "; fix command[0] in the job spec");
+        }
+        if (e.err == EACCES) {
+          return absl::StrCat(
+              "cannot execute ", path, " from PATH=", spec_.search_path,
+              " as user ", spec_.user_name,
+              ": permission denied (a file's mode, or a directory the user "
+              "may not search); fix command[0] in the job spec, or the "
+              "permissions");
+        }
+        return absl::StrCat("cannot execute ", path, ": not found in PATH=",
+                            spec_.search_path,
+                            "; fix command[0] in the job spec (an absolute "
+                            "path, or a program in PATH)");
       case kStageCgroup:
         return absl::StrCat("cannot move the rank into its cgroup ",
                             spec_.cgroup_dir, ": ", Errno(e.err));

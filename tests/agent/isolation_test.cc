@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -27,6 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -224,6 +226,33 @@ TEST_P(IsolationTest, RankRunsAsTheSubmittersUidGidAndGroups) {
   ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
   EXPECT_EQ(end.exit_code(), 0) << Stderr("ids");
   EXPECT_EQ(Stdout("ids"), absl::StrCat(a.uid, "\n", a.gid, "\n", a.gid, "\n"));
+}
+
+// The PATH lookup is the rank's user's (security review F13): run by the
+// agent as root, it told whether a program exists in a directory the user
+// may not search. Now a present and an absent program there read alike.
+TEST_P(IsolationTest, ThePathLookupIsTheUsersOwn) {
+  StartSupervisor();
+  const std::string hidden = dir_ + "/hidden";
+  ASSERT_EQ(mkdir(hidden.c_str(), 0700), 0);
+  {
+    std::ofstream f(hidden + "/present");
+    f << "#!/bin/sh\necho ran\n";
+  }
+  ASSERT_EQ(chmod((hidden + "/present").c_str(), 0755), 0);
+  std::map<std::string, std::string> said;
+  for (const char* program : {"present", "absent"}) {
+    v1::StartRanks start = Shell(program, kUserA, "");
+    start.clear_argv();
+    start.add_argv(program);
+    (*start.mutable_env())["PATH"] = hidden;
+    v1::RankStatus end = RunToEnd(start);
+    EXPECT_EQ(end.state(), v1::RANK_FAILED_TO_START) << program;
+    said[program] = absl::StrReplaceAll(end.message(), {{program, "P"}});
+  }
+  EXPECT_EQ(said["present"], said["absent"]);
+  EXPECT_THAT(said["absent"], HasSubstr("permission denied"));
+  EXPECT_EQ(Stdout("present"), "");
 }
 
 TEST_P(IsolationTest, UnknownUserFailsToStartNamingTheUserAndTheFix) {

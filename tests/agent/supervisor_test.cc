@@ -226,6 +226,20 @@ TEST_F(SupervisorTest, MetricsLinesOnFd3BecomeTrainMetrics) {
   EXPECT_EQ(sink_.Output("metrics", 0, v1::STDOUT), "done\n");
 }
 
+// A descriptor the agent opened without O_CLOEXEC (a library's, say) does
+// not reach the rank (security review F13): it sees 0-3 only.
+TEST_F(SupervisorTest, ARankInheritsNoDescriptorBeyondItsFour) {
+  const int leaked = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC
+  ASSERT_GT(leaked, 3);
+  supervisor_->StartRanks(Shell(
+      "fds", absl::StrCat("for fd in 0 1 2 3 ", leaked,
+                          "; do [ -e /proc/self/fd/$fd ] && echo $fd; done")));
+  v1::RankStatus end = sink_.WaitEnd("fds", 1, 0);
+  ::close(leaked);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_EQ(sink_.Output("fds", 0, v1::STDOUT), "0\n1\n2\n3\n");
+}
+
 TEST_F(SupervisorTest, ReportsRunningWithPidThenExitCode) {
   supervisor_->StartRanks(Shell("exit3", "exit 3"));
   v1::RankStatus end = sink_.WaitEnd("exit3", 1, 0);
