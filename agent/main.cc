@@ -33,6 +33,7 @@
 #include "agent/rank_shim.h"
 #include "agent/session.h"
 #include "agent/supervisor.h"
+#include "common/argv.h"
 #include "common/duration.h"
 #include "common/http_server.h"
 #include "common/status.h"
@@ -251,7 +252,8 @@ int Main(int argc, char** argv) {
                  "single-use join token ('xl-scheduler token create --join'): "
                  "without --tls-cert, the agent makes a key, gets its "
                  "certificate from the scheduler and keeps both in "
-                 "<work-dir>/tls/ (env XL_JOIN_TOKEN)")
+                 "<work-dir>/tls/ (env XL_JOIN_TOKEN, better: an argument "
+                 "shows in ps until the agent has started)")
       ->envname("XL_JOIN_TOKEN");
   app.add_flag("--print-inventory", print_inventory,
                "Print the node's inventory (discovered, or the --inventory "
@@ -269,6 +271,8 @@ int Main(int argc, char** argv) {
                "every job under --run-as agent when the agent is root. "
                "Refused by default");
   CLI11_PARSE(app, argc, argv);
+  // Parsed into copies: the join token leaves what ps shows.
+  HideArgumentValues(argc, argv, {"--join-token"});
   const RunAs run_as =
       run_as_flag == "agent" ? RunAs::kAgent : RunAs::kSubmitter;
   if (scheduler.empty() && !print_inventory) {

@@ -19,6 +19,7 @@
 #include "client/credentials.h"
 #include "client/exit_code.h"
 #include "client/output.h"
+#include "common/argv.h"
 #include "common/crypto/openssl.h"
 #include "common/identity.h"
 #include "common/status.h"
@@ -144,7 +145,8 @@ CommandLine::CommandLine()
       ->envname("XL_USER");
   app.add_option("--token", inv.token,
                  "your token for a scheduler with TLS (default: $XL_TOKEN, "
-                 "then the one 'xlctl login' stored)")
+                 "then the one 'xlctl login' stored); prefer those: an "
+                 "argument shows in ps until xlctl has started")
       ->envname("XL_TOKEN");
   app.add_option("--tls-ca", inv.tls_ca,
                  "CA certificate (PEM file) that signed the scheduler's "
@@ -911,6 +913,8 @@ int RunInvocation(const Invocation& invocation, std::ostream& out,
 
 int XlctlMain(int argc, char** argv) {
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  // Copied: the token leaves what ps shows (common/argv.h).
+  HideArgumentValues(argc, argv, {"--token"});
   CommandLine command_line;
   if (std::optional<int> code =
           command_line.Parse(args, std::cout, std::cerr)) {

@@ -41,7 +41,7 @@ struct ServerOptions {
   bool insecure = false;
   // Open WatchJob/StreamLogs streams, in all and per user (0: no limit).
   int max_streams = 20000;
-  int max_streams_per_user = 5000;
+  int max_streams_per_user = 256;
   // HOST:PORT of the HTTP side port: Prometheus /metrics, the dashboard
   // and its JSON API (HttpGateway); HTTPS with the TLS files. Empty: none.
   std::string metrics_listen;
