@@ -8,6 +8,10 @@ namespace xl {
 
 inline constexpr char kUserMetadataKey[] = "x-xl-user";
 inline constexpr char kAnonymousUser[] = "anonymous";
+// What marks a certificate as node <name>'s: a subjectAltName URI
+// "xl-node:<name>" beside its common name <name>. A client certificate of
+// a person from the same CA lacks it, and so is no node.
+inline constexpr char kNodeCertificateUriPrefix[] = "xl-node:";
 
 }  // namespace xl
 

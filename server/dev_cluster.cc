@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/identity.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/crypto/openssl.h"
@@ -82,6 +83,7 @@ absl::StatusOr<std::string> DevCluster::MakeCredentials(
   for (int i = 0; i < agents; ++i) {
     crypto::CertificateSubject node;
     node.common_name = absl::StrCat("dev-", i);
+    node.uris = {absl::StrCat(kNodeCertificateUriPrefix, node.common_name)};
     node.client_auth = true;
     node.validity = ca.validity;
     RETURN_IF_ERROR(issue(node, ca_pair.first, ca_pair.second,

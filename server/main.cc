@@ -338,6 +338,13 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", opts.insecure,
                "serve a non-loopback --listen address without TLS or tokens: "
                "anyone who can reach the port can act as anyone");
+  app.add_flag("--accept-unmarked-node-certificates",
+               opts.accept_unmarked_node_certificates,
+               "take any clientAuth-only certificate from the CA as the node "
+               "its common name says, without the subjectAltName URI "
+               "xl-node:<name> (for node certificates made before the mark; "
+               "a person's client certificate from that CA then passes as a "
+               "node too): reissue them and drop this");
   app.add_option("--dev-env", dev_env,
                  "with --dev: also write the shell lines that point xlctl at "
                  "the cluster (XL_SERVER, XL_TLS_CA, XL_TOKEN) to this file");

@@ -249,6 +249,7 @@ absl::StatusOr<std::string> IssueCertificate(
   std::vector<std::string> sans;
   for (const auto& d : subject.dns_names) sans.push_back("DNS:" + d);
   for (const auto& ip : subject.ip_addresses) sans.push_back("IP:" + ip);
+  for (const auto& uri : subject.uris) sans.push_back("URI:" + uri);
   if (st.ok() && !sans.empty()) {
     st = AddExtension(cert.get(), issuer_ptr, NID_subject_alt_name,
                       absl::StrJoin(sans, ","));
@@ -292,6 +293,16 @@ absl::StatusOr<CertificateUse> DescribeCertificate(
   const bool has_eku = (X509_get_extension_flags(x) & EXFLAG_XKUSAGE) != 0;
   use.client_auth = has_eku && (xku & XKU_SSL_CLIENT) != 0;
   use.server_auth = !has_eku || (xku & XKU_SSL_SERVER) != 0;
+  auto* names = static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(x, NID_subject_alt_name, nullptr, nullptr));
+  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+    if (n->type != GEN_URI) continue;
+    const ASN1_IA5STRING* uri = n->d.uniformResourceIdentifier;
+    use.uris.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                          static_cast<size_t>(ASN1_STRING_length(uri)));
+  }
+  GENERAL_NAMES_free(names);
   return use;
 }
 

@@ -40,6 +40,8 @@ struct CertificateSubject {
   std::string common_name;
   std::vector<std::string> dns_names;
   std::vector<std::string> ip_addresses;
+  // subjectAltName URIs (a node certificate's "xl-node:<name>").
+  std::vector<std::string> uris;
   bool is_ca = false;
   // Extended key usage: serverAuth, clientAuth.
   bool server_auth = false;
@@ -67,6 +69,8 @@ struct CertificateUse {
   bool is_ca = false;
   bool client_auth = false;
   bool server_auth = false;
+  // Its subjectAltName URIs.
+  std::vector<std::string> uris;
 };
 absl::StatusOr<CertificateUse> DescribeCertificate(const std::string& cert_pem);
 

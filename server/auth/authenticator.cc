@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/crypto/openssl.h"
+#include "common/identity.h"
 #include "server/service/identity.h"
 
 namespace xl::auth {
@@ -16,10 +17,12 @@ constexpr char kAuthorization[] = "authorization";
 // The node a verified client certificate names, "" when there is none, or
 // the reason a certificate cannot stand for a node. Only a certificate made
 // for a node counts: clientAuth and not serverAuth in its extended key
-// usage, not a CA, and a common name that is a valid node name (so a
-// server's or an operator's certificate from the same CA is no node).
+// usage, not a CA, a common name that is a valid node name, and (unless
+// `accept_unmarked`) the subjectAltName URI xl-node:<that name>, so a
+// server's, an operator's or a person's certificate from the same CA is no
+// node (security review F12).
 absl::StatusOr<std::string> CertificateName(
-    const grpc::CallbackServerContext* ctx) {
+    const grpc::CallbackServerContext* ctx, bool accept_unmarked) {
   std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) return std::string();
   auto pems = auth->FindPropertyValues("x509_pem_cert");
@@ -43,6 +46,19 @@ absl::StatusOr<std::string> CertificateName(
   }
   absl::Status valid = ValidatePrincipalName(name, "node certificate name");
   if (!valid.ok()) return absl::PermissionDeniedError(valid.message());
+  const std::string mark = absl::StrCat(kNodeCertificateUriPrefix, name);
+  bool marked = false;
+  for (const std::string& uri : use->uris) marked |= uri == mark;
+  if (!marked && !accept_unmarked) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the client certificate of \"", name,
+        "\" is not marked as a node's: it needs the subjectAltName URI ", mark,
+        " (xl issues it so to joining agents; add "
+        "'subjectAltName=URI:", mark,
+        "' where you sign node certificates, as the README's recipe does), "
+        "or start the scheduler with --accept-unmarked-node-certificates "
+        "while you reissue them"));
+  }
   return name;
 }
 
@@ -85,7 +101,7 @@ absl::StatusOr<Principal> Authenticator::Identify(
     p.authenticated = true;
     return p;
   }
-  auto certified = CertificateName(ctx);
+  auto certified = CertificateName(ctx, accept_unmarked_nodes_);
   if (!certified.ok()) return certified.status();
   const std::string& node = *certified;
   if (!node.empty()) {

@@ -45,6 +45,12 @@ class Authenticator {
   // Auth on: tokens from `tokens` (outlives this), times from `clock`.
   static Authenticator On(TokenStore* tokens, const Clock* clock);
 
+  // Takes clientAuth certificates without the xl-node:<name> mark as nodes
+  // (certificates made by the recipe of before the mark).
+  void set_accept_unmarked_node_certificates(bool accept) {
+    accept_unmarked_nodes_ = accept;
+  }
+
   bool enabled() const { return tokens_ != nullptr; }
   const std::string& warning() const { return warning_; }
   TokenStore* tokens() const { return tokens_; }
@@ -58,6 +64,7 @@ class Authenticator {
   Authenticator() = default;
   TokenStore* tokens_ = nullptr;
   const Clock* clock_ = nullptr;
+  bool accept_unmarked_nodes_ = false;
   std::string warning_;
 };
 

@@ -1,6 +1,7 @@
 // AuthService: who the caller is, token management (admins only), and the
 // exchange of a join token for a node certificate.
 #include "absl/strings/str_cat.h"
+#include "common/identity.h"
 #include "common/crypto/openssl.h"
 #include "common/duration.h"
 #include "common/status.h"
@@ -165,6 +166,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::JoinNode(
         }
         crypto::CertificateSubject subject;
         subject.common_name = name;
+        subject.uris = {absl::StrCat(kNodeCertificateUriPrefix, name)};
         subject.client_auth = true;
         subject.validity = ca_.validity;
         auto made = crypto::IssueCertificate(subject, request->public_key_pem(),

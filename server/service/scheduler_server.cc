@@ -65,6 +65,8 @@ absl::Status SetUpSecurity(const ServerOptions& opts, const std::string& host,
     *creds = grpc::SslServerCredentials(ssl);
     *authn = std::make_unique<auth::Authenticator>(
         auth::Authenticator::On(tokens, RealClock::Get()));
+    (*authn)->set_accept_unmarked_node_certificates(
+        opts.accept_unmarked_node_certificates);
     return absl::OkStatus();
   }
   *creds = grpc::InsecureServerCredentials();

@@ -39,6 +39,8 @@ struct ServerOptions {
   std::string ca_key_file;
   // Serve without TLS on a non-loopback address (warned about).
   bool insecure = false;
+  // Take clientAuth certificates without the xl-node:<name> URI as nodes.
+  bool accept_unmarked_node_certificates = false;
   // Open WatchJob/StreamLogs streams, in all and per user (0: no limit).
   int max_streams = 20000;
   int max_streams_per_user = 256;

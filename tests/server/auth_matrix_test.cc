@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/crypto/openssl.h"
+#include "common/identity.h"
 #include "server/auth/token_store.h"
 #include "server/service/scheduler_server.h"
 #include "xl/v1/agent.grpc.pb.h"
@@ -75,9 +76,10 @@ Pki MakeCa(const std::string& name) {
   return Issue(s, Pki{});
 }
 
-Pki NodeCert(const std::string& node, const Pki& ca) {
+Pki NodeCert(const std::string& node, const Pki& ca, bool marked = true) {
   crypto::CertificateSubject s;
   s.common_name = node;
+  if (marked) s.uris = {absl::StrCat(kNodeCertificateUriPrefix, node)};
   s.client_auth = true;
   return Issue(s, ca);
 }
@@ -796,6 +798,57 @@ TEST_F(AuthMatrixTest, ACertificateNotMadeForANodeIsNoNode) {
   EXPECT_NE(st.error_message().find("not a node certificate"),
             std::string::npos)
       << st.error_message();
+}
+
+// A person's client certificate from the cluster's CA (clientAuth only,
+// named "n5") is no node: only one marked xl-node:n5 is (security review
+// F12). The JoinNode certificates carry the mark.
+TEST_F(AuthMatrixTest, OnlyACertificateMarkedForANodeIsThatNode) {
+  for (bool marked : {false, true}) {
+    Pki cert = NodeCert("n5", ca_, marked);
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ca_.cert;
+    ssl.pem_cert_chain = cert.cert;
+    ssl.pem_private_key = cert.key;
+    auto stub = v1::AgentService::NewStub(
+        grpc::CreateChannel(target_, grpc::SslCredentials(ssl)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    auto stream = stub->Connect(&ctx);
+    v1::AgentMessage reg;
+    reg.mutable_register_()->set_name("n5");
+    reg.mutable_register_()->set_instance_id("n5");
+    reg.mutable_register_()->mutable_inventory()->set_hostname("n5");
+    reg.mutable_register_()->mutable_inventory()->set_cpus(1);
+    stream->Write(reg);
+    v1::SchedulerMessage m;
+    const bool answered = stream->Read(&m);
+    EXPECT_EQ(answered && m.has_register_ack(), marked) << m.DebugString();
+    if (answered) {
+      ctx.TryCancel();
+      while (stream->Read(&m)) {
+      }
+    }
+    grpc::Status st = stream->Finish();
+    if (!marked) {
+      EXPECT_EQ(st.error_code(), DENIED) << st.error_message();
+      EXPECT_NE(st.error_message().find("URI:xl-node:n5"), std::string::npos)
+          << st.error_message();
+    }
+  }
+  const std::string issued = crypto::GeneratePrivateKeyPem().value();
+  v1::AuthService::Stub auth(channel_[kNone]);
+  v1::JoinNodeRequest join;
+  join.set_join_token(join_token_[kOwner]);
+  join.set_node_name("n6");
+  join.set_public_key_pem(crypto::PublicKeyPem(issued).value());
+  v1::JoinNodeResponse resp;
+  auto ctx = Context(kNone);
+  ASSERT_TRUE(auth.JoinNode(ctx.get(), join, &resp).ok());
+  auto use = crypto::DescribeCertificate(resp.certificate_pem());
+  ASSERT_TRUE(use.ok()) << use.status();
+  EXPECT_EQ(use->uris, std::vector<std::string>{"xl-node:n6"});
 }
 
 // With TLS, a Register must carry the agent's instance id (an empty one
