@@ -433,8 +433,17 @@ void Supervisor::AppendOutput(Process& process, Output& output,
   if (&output == &process.metrics) {
     output.pending.append(data, size);
     size_t start = 0, nl;
+    const absl::Time now = options_.clock->MonotonicNow();
     while ((nl = output.pending.find('\n', start)) != std::string::npos) {
-      EmitMetrics(process, output.pending.substr(start, nl - start));
+      if (nl > start) {
+        if (now >= output.sent_at + options_.metrics_interval) {
+          output.held.clear();
+          EmitMetrics(process, output.pending.substr(start, nl - start));
+          output.sent_at = now;
+        } else {
+          output.held.assign(output.pending, start, nl - start);
+        }
+      }
       start = nl + 1;
     }
     output.pending.erase(0, start);
@@ -510,6 +519,13 @@ void Supervisor::EmitNote(Process& process, Output& output,
   sink_->OnLogChunk(std::move(chunk));
 }
 
+void Supervisor::SendHeldMetrics(Process& process, Output& output) {
+  if (output.held.empty()) return;
+  EmitMetrics(process, output.held);
+  output.held.clear();
+  output.sent_at = options_.clock->MonotonicNow();
+}
+
 void Supervisor::EmitMetrics(const Process& process, const std::string& line) {
   if (line.empty()) return;
   v1::TrainMetrics metrics;
@@ -531,6 +547,7 @@ void Supervisor::EmitMetrics(const Process& process, const std::string& line) {
 void Supervisor::FlushPartial(Process& process, Output& output) {
   if (&output == &process.metrics) {
     output.pending_since = absl::InfiniteFuture();
+    SendHeldMetrics(process, output);
     return;  // A partial metrics line is never a whole report.
   }
   if (!output.pending.empty()) {

@@ -1204,6 +1204,9 @@ void Supervisor::RunTimers() {
         FlushPartial(*process, *output);
       }
     }
+    if (now >= process->metrics.sent_at + options_.metrics_interval) {
+      SendHeldMetrics(*process, process->metrics);
+    }
     // A shim gone with the group still there: polled by the kernel's word.
     if (!process->leader_alive && process->group_alive && process->shim_gone) {
       Poll(*process);
@@ -1281,6 +1284,10 @@ absl::Duration Supervisor::NextTimeout() {
         next =
             std::min(next, output->pending_since + options_.partial_line_delay);
       }
+    }
+    if (!process->metrics.held.empty()) {
+      next = std::min(next,
+                      process->metrics.sent_at + options_.metrics_interval);
     }
     // Without a shim to say when the group is gone, poll it.
     if (!process->leader_alive && process->group_alive && process->shim_gone) {

@@ -125,6 +125,11 @@ struct SupervisorOptions {
   absl::Duration exited_retention = absl::Hours(1);
   // A partial output line is sent after this long without its newline.
   absl::Duration partial_line_delay = absl::Milliseconds(100);
+  // A rank's metrics points are sent at most this often: of the lines that
+  // come faster, the latest is kept and sent when its time comes (or at
+  // the rank's end). A rank writing points flat out costs the agent and
+  // the scheduler 10 a second, not millions (security review F2).
+  absl::Duration metrics_interval = absl::Milliseconds(100);
   size_t max_chunk_bytes = 64 * 1024;
   // Grace used when a StopJob or StartRanks carries none.
   absl::Duration default_grace = absl::Seconds(10);
@@ -286,6 +291,8 @@ class Supervisor : public RankController {
   // what the rank wrote is not moved).
   void EmitNote(Process& process, Output& output, const std::string& text);
   void FlushPartial(Process& process, Output& output);
+  // Sends the metrics line held back by metrics_interval, if any.
+  void SendHeldMetrics(Process& process, Output& output);
   void CloseOutput(Process& process, Output& output);
   void Reap();
   // The leader exited: what it left of its group is stopped, and its exit

@@ -52,6 +52,10 @@ struct Supervisor::Output {
   // session, or the per-poll bound): the pending partial line is not a
   // partial line of the rank's, so it is not flushed on a timer.
   bool starved = false;
+  // Metrics only: the latest whole line not yet sent, and when one was
+  // (SupervisorOptions::metrics_interval).
+  std::string held;
+  absl::Time sent_at = absl::InfinitePast();
 };
 
 // One started rank. pgid == pid: the leader is the process the shim

@@ -240,6 +240,24 @@ TEST_F(SupervisorTest, ARankInheritsNoDescriptorBeyondItsFour) {
   EXPECT_EQ(sink_.Output("fds", 0, v1::STDOUT), "0\n1\n2\n3\n");
 }
 
+// A rank that writes points flat out sends about 10 a second, the latest
+// kept (security review F2): 20,000 lines in well under a second become a
+// few points, the last of them step 20000.
+TEST_F(SupervisorTest, MetricsWrittenFlatOutAreThinnedToTheLatest) {
+  supervisor_->StartRanks(Shell(
+      "flood",
+      "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); "
+      "echo \"{\\\"step\\\": \\\"$i\\\"}\"; done >&3"));
+  v1::RankStatus end = sink_.WaitEnd("flood", 1, 0);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  auto got = sink_.metrics();
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back().step(), 20000);
+  EXPECT_EQ(got.front().step(), 1);
+  // dash writes 20,000 lines in about 0.2 s here; allow a slow machine 10 s.
+  EXPECT_LE(got.size(), 100u) << "metrics were not thinned";
+}
+
 TEST_F(SupervisorTest, ReportsRunningWithPidThenExitCode) {
   supervisor_->StartRanks(Shell("exit3", "exit 3"));
   v1::RankStatus end = sink_.WaitEnd("exit3", 1, 0);

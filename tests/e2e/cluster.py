@@ -222,7 +222,7 @@ class DevCluster:
     `env` holding what its --dev-env file says (XL_SERVER, XL_TLS_CA,
     XL_TOKEN) for xlctl. `close()` stops it and removes a directory it made."""
 
-    def __init__(self, agents=2, args=(), dir=None, cwd=None):
+    def __init__(self, agents=2, args=(), dir=None, cwd=None, env=None):
         self.own_dir = dir is None
         self.tmp = dir or tempfile.mkdtemp(prefix="xl-dev-e2e-")
         self.cwd = cwd or self.tmp
@@ -232,7 +232,8 @@ class DevCluster:
         self.proc = subprocess.Popen(
             [SCHEDULER, "--dev", "--agents", str(agents), "--listen", "127.0.0.1:0",
              "--port-file", port, "--dev-env", env_file, *args],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env)
         wait_until("the dev cluster's xlctl.env", lambda: os.path.exists(env_file), 60)
         self.env = dict(os.environ)
         with open(env_file) as f:
