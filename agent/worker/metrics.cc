@@ -91,7 +91,7 @@ v1::TrainMetrics MetricsInterval::Finish(int64_t step, float loss,
   m.set_rank(r.rank);
   m.set_step(step);
   m.set_loss(loss);
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->MonotonicNow();
   const double wall = absl::ToDoubleSeconds(now - start_);
   const double k = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
   const double step_batch =
@@ -137,7 +137,7 @@ v1::TrainMetrics MetricsInterval::Finish(int64_t step, float loss,
               (r.peak_flops * r.world));
   }
   m.set_peak_memory_bytes(peak_memory_bytes);
-  *m.mutable_time() = ToProtoTime(now);
+  *m.mutable_time() = ToProtoTime(clock_->Now());
   m.set_resumed_from_step(r.resumed_from_step);
   m.set_total_steps(r.total_steps);
   start_ = now;

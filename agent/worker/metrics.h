@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "xl/v1/job.pb.h"
 
 namespace xl::worker {
@@ -50,7 +51,10 @@ class MetricsInterval {
     v1::Precision precision = v1::FP32;
   };
 
-  explicit MetricsInterval(Run run) : run_(std::move(run)) {}
+  // Intervals are timed on `clock`'s monotonic reading (a wall-clock step
+  // changes no rate); the points' time is its wall reading.
+  explicit MetricsInterval(Run run, const Clock* clock = RealClock::Get())
+      : run_(std::move(run)), clock_(clock), start_(clock->MonotonicNow()) {}
   // bucket_seconds: each bucket's own all-reduce time this step
   // (Run::bucket_bytes.size() values), or null when not measured.
   void AddStep(double data_s, double compute_s, double allreduce_s,
@@ -62,7 +66,8 @@ class MetricsInterval {
 
  private:
   const Run run_;
-  absl::Time start_ = absl::Now();
+  const Clock* const clock_;
+  absl::Time start_;
   int64_t steps_ = 0;
   double data_ = 0, compute_ = 0, allreduce_ = 0, step_ = 0;
   std::vector<double> bucket_seconds_;  // summed over the interval

@@ -497,6 +497,9 @@ int main(int argc, char** argv) {
   // the old pass costs about nodes x (starts + classes), and starts grow
   // with nodes, so it grows with the square of the fleet.
   std::map<int, std::pair<int, double>> last_baseline;
+  // A pass whose decisions differ from the algorithm it replaced fails the
+  // run (ctest runs the smallest size: schedule_bench_same_decisions).
+  int mismatches = 0;
   for (int pending : {10000, 100000}) {
     if (pending > max_pending) continue;
     for (int nodes : {1000, 5000, 10000}) {
@@ -635,6 +638,7 @@ int main(int argc, char** argv) {
         base_cpu = absl::StrFormat("%.1f", old.cpu_ms());
         ratio = absl::StrFormat("%.0fx", old.cpu_ms() / now.cpu_ms());
         same = SameDecisions(d, od) ? "yes" : "NO";
+        if (!SameDecisions(d, od)) ++mismatches;
       }
       std::printf(
           "%6d %8d | %8.2f %8.2f %6zu %6zu %9.0f | %11s %11s %6s %4s | %11.2f "
@@ -647,6 +651,11 @@ int main(int argc, char** argv) {
           estimating.cpu_ms(), ed.reservations.size());
       std::fflush(stdout);
     }
+  }
+  if (mismatches > 0) {
+    std::printf("\n%d of the sizes above decided otherwise than the baseline "
+                "(same: NO)\n", mismatches);
+    return 1;
   }
   return 0;
 }

@@ -470,13 +470,22 @@ TEST_F(ControllerTest, SubmitRatePerUserIsLimited) {
   EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 5);
 }
 
-TEST_F(ControllerTest, PendingJobSurvivesRestartAndKeepsItsReason) {
+// A pending job's reason is the pass's, kept in memory (not written at
+// every pass): after a restart the job is pending and says it waits for the
+// first pass, and that pass gives it its reason again.
+TEST_F(ControllerTest, PendingJobSurvivesRestartAndThePassGivesItsReasonAgain) {
   std::string id = Submit(3, 8);
   controller_->Tick();
   auto job = *controller_->GetJob(id);
   EXPECT_NE(job.reason().find("no node is registered"), std::string::npos) << job.reason();
   Open();
-  EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING);
+  job = *controller_->GetJob(id);
+  EXPECT_EQ(job.state(), v1::PENDING);
+  EXPECT_EQ(job.reason(), "waiting for the next scheduling pass");
+  controller_->Tick();
+  job = *controller_->GetJob(id);
+  EXPECT_NE(job.reason().find("no node is registered"), std::string::npos)
+      << "after the first pass: " << job.reason();
 }
 
 TEST_F(ControllerTest, CancelPendingAndFinished) {
