@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/train_spec.h"
 #include "xl/v1/job.pb.h"
 
 namespace xl::worker {
@@ -42,29 +43,30 @@ inline constexpr uint64_t kTeacherStream = 2ull << 40;
 inline constexpr uint64_t kDataStream = 3ull << 40;
 inline constexpr int kTeacherHidden = 64;
 
+// Defaults: common/train_spec.h, the one definition the scheduler uses too.
 struct TrainConfig {
-  int input_dim = 256;
-  int hidden_dim = 1024;
-  int hidden_layers = 2;
-  int classes = 16;
+  int input_dim = train_spec::kDefaultInputDim;
+  int hidden_dim = train_spec::kDefaultHiddenDim;
+  int hidden_layers = train_spec::kDefaultHiddenLayers;
+  int classes = train_spec::kDefaultClasses;
   // The batch each rank runs at once (a micro-batch when accumulating).
-  int batch_per_rank = 64;
+  int batch_per_rank = train_spec::kDefaultBatchPerRank;
   // TrainSpec.batch_per_rank_auto: FitBatch sets batch_per_rank at start.
   bool batch_auto = false;
   // TrainSpec.global_batch (0: none); FitBatch derives accumulation_steps.
   int global_batch = 0;
   // Micro-batches per optimizer step per rank.
   int accumulation_steps = 1;
-  int64_t steps = 100;
-  double learning_rate = 1e-3;
-  double weight_decay = 0.01;
+  int64_t steps = train_spec::kDefaultSteps;
+  double learning_rate = train_spec::kDefaultLearningRate;
+  double weight_decay = train_spec::kDefaultWeightDecay;
   v1::Precision precision = v1::FP32;
   int checkpoint_every = 0;
-  uint64_t seed = 1;
+  uint64_t seed = train_spec::kDefaultSeed;
   std::string device = "cpu";      // "cpu" or "cuda"
   std::string shards;              // empty: synthetic teacher data
-  int metrics_every = 10;
-  uint64_t bucket_bytes = 25ull << 20;
+  int metrics_every = train_spec::kDefaultMetricsEvery;
+  uint64_t bucket_bytes = train_spec::kDefaultBucketBytes;
   // TrainSpec.collective_timeout; zero: the collective's own default.
   absl::Duration collective_timeout = absl::ZeroDuration();
 

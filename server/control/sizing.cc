@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/duration.h"
+#include "common/train_spec.h"
 #include "common/planner/planner.h"
 #include "common/status.h"
 #include "server/control/controller.h"
@@ -58,14 +59,16 @@ absl::Status Controller::SizeFromModel(v1::JobSpec* spec, v1::Plan* plan) {
     model = spec->model();
     derive_all = true;
   } else if (spec->has_train()) {
-    // xl-train's MLP, with xl-train's defaults (agent/worker/train_config.h).
-    const v1::TrainSpec& t = spec->train();
+    // xl-train's MLP, with xl-train's defaults (common/train_spec.h).
+    const v1::TrainSpec t = train_spec::WithDefaults(spec->train());
     v1::MlpShape* mlp = model.mutable_mlp();
-    mlp->set_input_dim(t.input_dim() > 0 ? t.input_dim() : 256);
-    mlp->set_hidden_dim(t.hidden_dim() > 0 ? t.hidden_dim() : 1024);
-    mlp->set_hidden_layers(t.hidden_layers() > 0 ? t.hidden_layers() : 2);
-    mlp->set_classes(t.classes() > 0 ? t.classes() : 16);
-    model.set_micro_batch_size(t.batch_per_rank() > 0 ? t.batch_per_rank() : 64);
+    mlp->set_input_dim(t.input_dim());
+    mlp->set_hidden_dim(t.hidden_dim());
+    mlp->set_hidden_layers(t.hidden_layers());
+    mlp->set_classes(t.classes());
+    model.set_micro_batch_size(t.batch_per_rank() > 0
+                                   ? t.batch_per_rank()
+                                   : train_spec::kDefaultBatchPerRank);
     const bool cpu = t.device() == "cpu" ||
                      (t.device().empty() && spec->resources().gpus_per_node() == 0);
     if (cpu) {

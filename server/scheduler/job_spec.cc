@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "common/limits.h"
 #include "common/text.h"
+#include "common/train_spec.h"
 
 namespace xl::scheduler {
 namespace {
@@ -45,54 +46,11 @@ absl::Status CheckTrainSpec(v1::JobSpec* spec) {
                "drop command, or drop train to run your own program");
   }
   const v1::TrainSpec& t = spec->train();
-  struct Range {
-    const char* field;
-    int64_t value;
-    int64_t max;
-  };
-  for (const Range& r : {Range{"input_dim", t.input_dim(), 1 << 16},
-                         Range{"hidden_dim", t.hidden_dim(), 1 << 16},
-                         Range{"hidden_layers", t.hidden_layers(), 256},
-                         Range{"classes", t.classes(), 1 << 20},
-                         Range{"batch_per_rank", t.batch_per_rank(), 1 << 20},
-                         Range{"steps", t.steps(), int64_t{1} << 40},
-                         Range{"checkpoint_every", t.checkpoint_every(),
-                               int64_t{1} << 40},
-                         Range{"metrics_every", t.metrics_every(), 1 << 30}}) {
-    if (r.value < 0 || r.value > r.max) {
-      return Bad(absl::StrCat("train.", r.field),
-                 absl::StrCat("must be between 0 (default) and ", r.max,
-                              ", got ", r.value));
-    }
-  }
-  if (t.learning_rate() < 0 || t.learning_rate() > 10) {
-    return Bad("train.learning_rate", "must be between 0 (default) and 10");
-  }
-  if (t.weight_decay() < 0 || t.weight_decay() > 10) {
-    return Bad("train.weight_decay", "must be between 0 and 10");
-  }
-  if (!t.device().empty() && t.device() != "cpu" && t.device() != "cuda") {
-    return Bad("train.device",
-               absl::StrCat("'", Shown(t.device()),
-                            "' is not a device; use cpu or cuda"));
-  }
-  if (t.device() == "cpu" &&
-      (t.precision() == v1::BF16 || t.precision() == v1::FP16)) {
-    return Bad("train.precision",
-               "the CPU worker trains in fp32; use FP32 or device cuda");
-  }
-  if (t.batch_per_rank_auto() && t.batch_per_rank() != 0) {
-    return Bad("train.batch_per_rank",
-               "give a number or auto, not both (batch_per_rank_auto is set)");
-  }
-  if (t.global_batch() < 0 || t.global_batch() > (1 << 30)) {
-    return Bad("train.global_batch",
-               absl::StrCat("must be between 0 (none) and ", 1 << 30,
-                            ", got ", t.global_batch()));
-  }
   const v1::ResourceRequest& r = spec->resources();
   const bool on_cpu =
       t.device() == "cpu" || (t.device().empty() && r.gpus_per_node() == 0);
+  // Every field's bounds are xl-train's own (common/train_spec.h).
+  if (absl::Status st = train_spec::Check(t, on_cpu); !st.ok()) return st;
   if (t.batch_per_rank_auto() && on_cpu && r.memory_bytes_per_node() == 0) {
     return Bad("train.batch_per_rank",
                "auto on CPU sizes the batch from the job's memory, and "
@@ -109,7 +67,7 @@ absl::Status CheckTrainSpec(v1::JobSpec* spec) {
       r.min_nodes() == 0) {
     const int64_t per_step = world * (t.batch_per_rank() > 0
                                           ? t.batch_per_rank()
-                                          : 64);
+                                          : train_spec::kDefaultBatchPerRank);
     if (t.global_batch() % per_step != 0) {
       return Bad("train.global_batch",
                  absl::StrCat(t.global_batch(), " is not a multiple of ",
@@ -126,7 +84,9 @@ absl::Status CheckTrainSpec(v1::JobSpec* spec) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(t, &json, options);
+  if (!google::protobuf::util::MessageToJsonString(t, &json, options).ok()) {
+    return absl::InternalError("train: cannot be written as JSON for xl-train");
+  }
   spec->add_command("xl-train");
   spec->add_command("--spec-json");
   spec->add_command(json);
