@@ -14,16 +14,40 @@
 
 namespace xl::agent {
 
+namespace {
+
+// How far the entries of directory `fd` can be trusted to stay what the
+// walk finds: kTrusted when root or this user owns it and nobody else may
+// write it; kSticky when others may add entries but, the sticky bit set,
+// only an entry's owner may rename or remove it (/tmp, a shared 1777
+// parent); kUntrusted otherwise (another user's, or writable by others
+// without the sticky bit: they could swap an entry for their own). The
+// rule of OpenSSH's StrictModes.
+enum Trust { kTrusted, kSticky, kUntrusted };
+Trust DirTrust(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return kUntrusted;
+  if (st.st_uid != 0 && st.st_uid != ::geteuid()) return kUntrusted;
+  if ((st.st_mode & 022) == 0) return kTrusted;
+  return (st.st_mode & S_ISVTX) != 0 ? kSticky : kUntrusted;
+}
+
+}  // namespace
+
 // mkdir -p as whoever calls it, one component at a time from "/" with
-// openat(O_NOFOLLOW | O_DIRECTORY), so no symlink is followed at any level
-// (planted in a parent the user may write, it would send the checkpoints
-// elsewhere): parents it makes get mode 0755 (others pass through to their
-// own), the directory itself 0700. An existing leaf must be this user's
-// and writable by no one else. Returns 0, or the stage that failed with
-// errno set: kStageCheckpointDir (cannot make it), kStageCheckpointSymlink
-// (a component is a symlink), kStageCheckpointOwner (another user made it
-// first). Async-signal-safe (no allocation: `path` is edited in place and
-// restored).
+// openat(O_NOFOLLOW | O_DIRECTORY). Every directory on the way must be
+// root's or this user's and writable by nobody else unless sticky (else
+// kStageCheckpointParent, errno = the number of components walked to it):
+// a directory another user made in a shared parent (/shared/ckpt/alice,
+// made first by mallory) would let them swap the checkpoints for their
+// own. A symlink is followed only where it lies in a directory nobody else
+// may write (the operator's /shared -> /lustre/x); one in a directory
+// others may write (planted, to send the checkpoints elsewhere) is
+// kStageCheckpointSymlink. Parents it makes get mode 0755, the directory
+// itself 0700; an existing leaf must be this user's and writable by no one
+// else (kStageCheckpointOwner). Returns 0 or the stage that failed with
+// errno set. Async-signal-safe (no allocation: `path` is edited in place
+// and restored).
 int MakeDirsInChild(char* path) {
   if (path[0] != '/') {
     errno = EINVAL;
@@ -32,6 +56,7 @@ int MakeDirsInChild(char* path) {
   int dir = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return kStageCheckpointDir;
   int stage = 0;
+  int depth = 0;  // components walked into
   char* name = path + 1;
   while (stage == 0 && *name != '\0') {
     char* end = name;
@@ -42,30 +67,43 @@ int MakeDirsInChild(char* path) {
     if (name[0] == '\0' || (name[0] == '.' && name[1] == '\0')) {
       // "//" or "/./": nothing to walk.
     } else {
-      const bool made = ::mkdirat(dir, name, leaf ? 0700 : 0755) == 0;
-      if (!made && errno != EEXIST) {
+      const Trust trust = DirTrust(dir);
+      struct stat lst;
+      const bool link = ::fstatat(dir, name, &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
+                        S_ISLNK(lst.st_mode);
+      int next = -1;
+      if (link && trust != kTrusted) {
+        // Others may write where it lies: it may be theirs.
+        errno = ELOOP;
+        stage = kStageCheckpointSymlink;
+      } else if (trust == kUntrusted) {
+        errno = depth;
+        stage = kStageCheckpointParent;
+      } else if (!link && ::mkdirat(dir, name, leaf ? 0700 : 0755) != 0 &&
+                 errno != EEXIST) {
         stage = kStageCheckpointDir;
       } else {
-        const int next =
-            ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        // A link here is root's or the user's own: followed. Anything else
+        // is opened without following, so an entry swapped for a link
+        // since (in a sticky parent, by its owner) is refused.
+        next = ::openat(dir, name,
+                        O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+                            (link ? 0 : O_NOFOLLOW));
         if (next < 0) {
-          // A symlink: ELOOP; a symlink to a non-directory or a file:
-          // ENOTDIR. Either way, not a directory to use.
-          struct stat lst;
-          stage = ::fstatat(dir, name, &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
-                          S_ISLNK(lst.st_mode)
-                      ? kStageCheckpointSymlink
-                      : kStageCheckpointDir;
-          if (stage == kStageCheckpointSymlink) errno = ELOOP;
-        } else {
-          ::close(dir);
-          dir = next;
-          struct stat st;
-          if (leaf && (::fstat(dir, &st) != 0 || st.st_uid != ::geteuid() ||
-                       (st.st_mode & 022) != 0)) {
-            errno = EPERM;
-            stage = kStageCheckpointOwner;
-          }
+          stage = errno == ELOOP ? kStageCheckpointSymlink : kStageCheckpointDir;
+        }
+      }
+      if (stage != 0) {
+        if (next >= 0) ::close(next);
+      } else {
+        ::close(dir);
+        dir = next;
+        ++depth;
+        struct stat st;
+        if (leaf && (::fstat(dir, &st) != 0 || st.st_uid != ::geteuid() ||
+                     (st.st_mode & 022) != 0)) {
+          errno = EPERM;
+          stage = kStageCheckpointOwner;
         }
       }
     }

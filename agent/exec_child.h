@@ -33,6 +33,9 @@ inline constexpr int kStageCheckpointSymlink = 8;
 // No candidate of the PATH lookup could be executed (err: ENOENT, or
 // EACCES when one was there but not executable by the rank's user).
 inline constexpr int kStageNotInPath = 9;
+// A directory above checkpoint_dir is another user's, or writable by others
+// without the sticky bit (err: how many components below "/" it is).
+inline constexpr int kStageCheckpointParent = 10;
 
 // What the child becomes before execve, prepared by the parent (no
 // allocation after fork).
@@ -52,12 +55,15 @@ struct ChildIdentity {
   char* checkpoint_dir = nullptr;
 };
 
-// mkdir -p as whoever calls it, following no symlink at any level:
-// parents it makes get mode 0755, the directory itself 0700. Returns 0, or
-// the stage that failed with errno set (kStageCheckpointDir,
-// kStageCheckpointSymlink: a component of the path is a symlink,
-// kStageCheckpointOwner: not a directory of this user's that no one else
-// may write to). `path` (absolute) is edited in place and restored.
+// mkdir -p as whoever calls it: parents it makes get mode 0755, the
+// directory itself 0700. Every directory on the way must be root's or this
+// user's and writable by nobody else unless sticky; a symlink is followed
+// only in a directory nobody else may write. Returns 0, or the stage that
+// failed with errno set (kStageCheckpointDir; kStageCheckpointSymlink: a
+// symlink where others may write; kStageCheckpointParent: a directory
+// others could swap entries of, errno its depth; kStageCheckpointOwner:
+// not a directory of this user's that no one else may write to). `path`
+// (absolute) is edited in place and restored.
 int MakeDirsInChild(char* path);
 
 // Becomes the rank and execs the first of `paths` (nullptr-terminated)

@@ -349,9 +349,28 @@ class Shim {
       case kStageCheckpointSymlink:
         return absl::StrCat(
             "checkpoint_dir ", spec_.checkpoint_dir,
-            " has a symbolic link in its path, and the agent follows none "
-            "there (one planted by another user would send the checkpoints "
-            "to them); give the path with the links resolved (realpath)");
+            " has a symbolic link in a directory others may write to, and "
+            "the agent follows none there (one planted by another user would "
+            "send the checkpoints to them); give the path with the links "
+            "resolved (realpath)");
+      case kStageCheckpointParent: {
+        // e.err: how many components below "/" the directory is.
+        std::string dir = "/";
+        int depth = 0;
+        for (absl::string_view part :
+             absl::StrSplit(spec_.checkpoint_dir, '/', absl::SkipEmpty())) {
+          if (part == ".") continue;  // not walked into
+          if (depth++ == e.err) break;
+          dir = absl::StrCat(dir == "/" ? "" : dir, "/", part);
+        }
+        return absl::StrCat(
+            "checkpoint_dir ", spec_.checkpoint_dir, ": ", dir,
+            " is another user's, or others may write to it without the "
+            "sticky bit, so they could swap the checkpoints for their own; "
+            "use a path whose directories are root's or ", spec_.user_name,
+            "'s (a shared parent: mode 1777, with {user} below it), or have "
+            "their owner fix them");
+      }
       case kStageCheckpointOwner:
         return absl::StrCat(
             "checkpoint_dir ", spec_.checkpoint_dir,

@@ -348,7 +348,7 @@ TEST_P(IsolationTest, ACheckpointDirIsMadeAsTheJobsUser) {
   StartSupervisor();
   const std::string shared = dir_ + "/shared";
   std::filesystem::create_directories(shared);
-  ::chmod(shared.c_str(), 0777);
+  ::chmod(shared.c_str(), 01777);  // sticky: as a shared parent must be
   v1::StartRanks start =
       Shell("ckpt2", kUserA, "stat -c '%U %a' \"$XL_CHECKPOINT_DIR\"");
   start.set_checkpoint_dir(shared + "/ckpt2/1");
@@ -407,10 +407,46 @@ TEST_P(IsolationTest, NoSymlinkInACheckpointPathIsFollowed) {
     start.set_checkpoint_dir(path);
     v1::RankStatus end = RunToEnd(start);
     ASSERT_EQ(end.state(), v1::RANK_FAILED_TO_START) << path;
-    EXPECT_THAT(end.message(), HasSubstr("has a symbolic link in its path"))
+    EXPECT_THAT(end.message(), HasSubstr("has a symbolic link in a directory"))
         << path;
   }
   EXPECT_FALSE(std::filesystem::exists(home + "/ckpt6"));
+}
+
+// A directory another user made first in a shared parent (mallory's
+// /shared/ckpt/alice, in a 1777 parent) is refused: she could rename the
+// job's directory away and put her own in its place (security review of
+// F6). A symlink the operator put where only root may write is followed.
+TEST_P(IsolationTest, ACheckpointPathThroughAnotherUsersDirectoryIsRefused) {
+  StartSupervisor();
+  const RankUser a = MustLookUp(kUserA), b = MustLookUp(kUserB);
+  const std::string shared = dir_ + "/shared";
+  std::filesystem::create_directories(shared);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+  const std::string squatted = shared + "/" + kUserA;  // made by user B
+  ASSERT_EQ(::mkdir(squatted.c_str(), 0777), 0);
+  ASSERT_EQ(::chown(squatted.c_str(), b.uid, b.gid), 0);
+  ASSERT_EQ(::chmod(squatted.c_str(), 0777), 0);
+  v1::StartRanks start = Shell("squat", kUserA, "true");
+  start.set_checkpoint_dir(squatted + "/job7");
+  v1::RankStatus end = RunToEnd(start);
+  ASSERT_EQ(end.state(), v1::RANK_FAILED_TO_START);
+  EXPECT_THAT(end.message(), HasSubstr(squatted + " is another user's"));
+  EXPECT_FALSE(std::filesystem::exists(squatted + "/job7"));
+
+  // The same layout made right: the user's own directory in the sticky
+  // parent, reached through a root-owned link in a root-owned directory.
+  const std::string own = shared + "/own-a";
+  ASSERT_EQ(::mkdir(own.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(own.c_str(), a.uid, a.gid), 0);
+  const std::string links = dir_ + "/links";  // root's, 0755
+  ASSERT_EQ(::mkdir(links.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(shared.c_str(), (links + "/ckpt").c_str()), 0);
+  start = Shell("own", kUserA, "true");
+  start.set_checkpoint_dir(links + "/ckpt/own-a/job8");
+  end = RunToEnd(start);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  EXPECT_TRUE(std::filesystem::is_directory(own + "/job8"));
 }
 
 TEST_P(IsolationTest, TmpdirIsPrivateToTheAttemptAndRemovedAfterIt) {
