@@ -194,7 +194,23 @@ absl::Status Rendezvous::Put(const v1::RendezvousPutRequest& req) {
   return absl::OkStatus();
 }
 
-void Rendezvous::Get(const v1::RendezvousGetRequest& req, GetDone done) {
+namespace {
+
+// DEADLINE_EXCEEDED naming (at most 8 of) the keys still missing.
+absl::Status NotSetInTime(std::vector<std::string> missing) {
+  if (missing.size() > 8) {
+    missing.resize(8);
+    missing.push_back("...");
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rendezvous keys not set in time: ", absl::StrJoin(missing, ", "),
+      "; a rank of this attempt did not start or died"));
+}
+
+}  // namespace
+
+void Rendezvous::Get(const v1::RendezvousGetRequest& req, GetDone done,
+                     absl::Duration caller_left) {
   if (req.keys_size() == 0) {
     done(absl::InvalidArgumentError("keys: give at least one key"));
     return;
@@ -216,32 +232,46 @@ void Rendezvous::Get(const v1::RendezvousGetRequest& req, GetDone done) {
   {
     absl::MutexLock lock(&s->mu);
     error = CheckToken(s, req.scope());
-    if (error.ok() &&
+    std::vector<std::string> missing;
+    if (error.ok()) {
+      for (const auto& k : req.keys()) {
+        if (s->kv.count(k) == 0) missing.push_back(k);
+      }
+    }
+    absl::Duration timeout =
+        req.has_timeout() ? FromProto(req.timeout()) : absl::Minutes(5);
+    if (timeout > kMaxWait) timeout = kMaxWait;
+    // The caller's own deadline: a waiter it has given up on would hold
+    // one of the attempt's places.
+    timeout = std::min(timeout, caller_left);
+    if (error.ok() && missing.empty()) {
+      // Answered at once: it takes no waiter's place.
+      std::vector<std::string> values;
+      values.reserve(req.keys_size());
+      for (const auto& k : req.keys()) values.push_back(s->kv.at(k));
+      calls.push_back(
+          [done = std::move(done), values = std::move(values)]() mutable {
+            done(std::move(values));
+          });
+    } else if (error.ok() && timeout <= absl::ZeroDuration()) {
+      // No time left (a worker's last piece past its deadline): no wait.
+      error = NotSetInTime(std::move(missing));
+    } else if (error.ok() &&
         static_cast<int32_t>(s->waiters.size()) >= s->max_waiters) {
       error = absl::ResourceExhaustedError(absl::StrCat(
           "scope: ", s->waiters.size(), " Gets of this attempt wait already, "
           "as many as it may have (4 per rank, at least ", kMinWaiters,
           "); wait for some to end"));
-    }
-    if (error.ok()) {
+    } else if (error.ok()) {
       Waiter w;
       w.keys.assign(req.keys().begin(), req.keys().end());
-      absl::Duration timeout =
-          req.has_timeout() ? FromProto(req.timeout()) : absl::Minutes(5);
-      if (timeout <= absl::ZeroDuration() || timeout > kMaxWait) {
-        timeout = kMaxWait;
-      }
       w.deadline_mono = clock_->MonotonicNow() + timeout;
       w.done = std::move(done);
       const uint64_t id = s->next_waiter++;
-      std::set<std::string> missing;
-      for (const auto& k : w.keys) {
-        if (s->kv.count(k) == 0) missing.insert(k);
-      }
-      w.missing = missing.size();
-      for (const auto& k : missing) s->waiting_for[k].insert(id);
+      const std::set<std::string> unique(missing.begin(), missing.end());
+      w.missing = unique.size();
+      for (const auto& k : unique) s->waiting_for[k].insert(id);
       s->waiters.emplace(id, std::move(w));
-      if (missing.empty()) Complete(s, id, &calls);
     }
   }
   Run(calls);
@@ -275,15 +305,9 @@ void Rendezvous::Expire() {
           if (waiting->second.empty()) scope->waiting_for.erase(waiting);
         }
       }
-      if (missing.size() > 8) {
-        missing.resize(8);
-        missing.push_back("...");
-      }
       calls.push_back([done = std::move(it->second.done),
-                       missing = std::move(missing)] {
-        done(absl::DeadlineExceededError(absl::StrCat(
-            "rendezvous keys not set in time: ", absl::StrJoin(missing, ", "),
-            "; a rank of this attempt did not start or died")));
+                       missing = std::move(missing)]() mutable {
+        done(NotSetInTime(std::move(missing)));
       });
       it = scope->waiters.erase(it);
     }

@@ -61,9 +61,14 @@ class Rendezvous {
   // `done` runs once every key is set, or with DEADLINE_EXCEEDED naming the
   // missing keys, or ABORTED when the attempt ends first;
   // INVALID_ARGUMENT for no keys or more than kMaxKeysPerGet;
-  // RESOURCE_EXHAUSTED when the attempt has as many Gets waiting as it may.
-  // A timeout past kMaxWait (or none) waits kMaxWait.
-  void Get(const v1::RendezvousGetRequest& request, GetDone done);
+  // RESOURCE_EXHAUSTED when the attempt has as many Gets waiting as it may
+  // (a Get whose keys are all set is answered at once and takes no place).
+  // No timeout waits 5 minutes, one past kMaxWait waits kMaxWait, zero or
+  // less does not wait.
+  // `caller_left`: how long the caller will still wait for the answer (its
+  // call's deadline); the wait ends then too.
+  void Get(const v1::RendezvousGetRequest& request, GetDone done,
+           absl::Duration caller_left = absl::InfiniteDuration());
   // Expires waiters past their deadline.
   void Expire();
 

@@ -291,6 +291,13 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(
     grpc::CallbackServerContext* ctx, const v1::RendezvousGetRequest* request,
     v1::RendezvousGetResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  // The call's deadline bounds the wait (a client that gave up holds no
+  // waiter's place past it); none: infinite.
+  const auto deadline = ctx->deadline();
+  const absl::Duration left =
+      deadline == std::chrono::system_clock::time_point::max()
+          ? absl::InfiniteDuration()
+          : absl::FromChrono(deadline - std::chrono::system_clock::now());
   controller_->rendezvous()->Get(
       *request,
       [reactor, response](absl::StatusOr<std::vector<std::string>> values) {
@@ -298,7 +305,8 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(
           for (auto& v : *values) response->add_values(std::move(v));
         }
         reactor->Finish(ToGrpcStatus(values.status()));
-      });
+      },
+      left);
   return reactor;
 }
 

@@ -3,6 +3,7 @@
 // waiters of its key.
 #include "server/control/rendezvous.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -121,6 +122,44 @@ TEST_F(RendezvousTest, NoGetWaitsLongerThanThirtyMinutes) {
   ASSERT_TRUE(Put("k", "v").ok());
   ASSERT_TRUE(next->has_value());
   EXPECT_TRUE((*next)->ok());
+}
+
+// What held places for nothing (review of F3): a Get with no time left
+// waited 30 minutes, one past its caller's deadline waited on, and one
+// whose keys were all set was refused when the places were full.
+TEST_F(RendezvousTest, OnlyAGetThatWaitsTakesAPlaceAndNoLongerThanItsCaller) {
+  ASSERT_TRUE(Put("set", "v").ok());
+  std::vector<std::shared_ptr<
+      std::optional<absl::StatusOr<std::vector<std::string>>>>>
+      waiting;
+  for (int i = 0; i < Rendezvous::kMinWaiters; ++i) {
+    waiting.push_back(Start(Get({"never"})));
+  }
+  // Full, yet a Get of keys already set is answered.
+  auto answered = Start(Get({"set"}));
+  ASSERT_TRUE(answered->has_value());
+  ASSERT_TRUE((*answered)->ok()) << (*answered)->status();
+  EXPECT_EQ(***answered, std::vector<std::string>{"v"});
+  // Free one place; a Get with no time left does not take it.
+  ASSERT_TRUE(Put("never", "now").ok());
+  auto late = Start(Get({"missing"}, absl::ZeroDuration()));
+  ASSERT_TRUE(late->has_value());
+  EXPECT_EQ((*late)->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string((*late)->status().message()),
+              ::testing::HasSubstr("missing"));
+  // The caller's deadline bounds the wait.
+  auto slot = std::make_shared<
+      std::optional<absl::StatusOr<std::vector<std::string>>>>();
+  rdzv_.Get(Get({"k"}, absl::Minutes(10)),
+            [slot](absl::StatusOr<std::vector<std::string>> r) {
+              *slot = std::move(r);
+            },
+            /*caller_left=*/absl::Seconds(10));
+  EXPECT_FALSE(slot->has_value());
+  clock_.Advance(absl::Seconds(11));
+  rdzv_.Expire();
+  ASSERT_TRUE(slot->has_value());
+  EXPECT_EQ((*slot)->status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(RendezvousTest, AClosedAttemptAbortsItsWaitersAndRefusesMore) {
