@@ -1,5 +1,6 @@
 #include "agent/exec_child.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <linux/close_range.h>
@@ -173,15 +174,40 @@ int MakeDirsInChild(char* path) {
   // not closed: error_w reports a failed execve.
   if (syscall(SYS_close_range, kMetricsFd + 1, ~0U, CLOSE_RANGE_CLOEXEC) !=
       0) {
-    // Kernels before 5.11: one by one, up to the descriptor limit.
-    struct rlimit limit;
-    int last = 65536;
-    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 &&
-        limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < (1u << 20)) {
-      last = static_cast<int>(limit.rlim_cur);
-    }
-    for (int fd = kMetricsFd + 1; fd < last; ++fd) {
-      fcntl(fd, F_SETFD, FD_CLOEXEC);
+    // Kernels before 5.11: each open descriptor, as listed by
+    // getdents64 on /proc/self/fd (no allocation), else one by one up to
+    // the hard descriptor limit (no descriptor can be above it).
+    const int fds = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fds >= 0) {
+      char buf[4096];
+      long n;
+      while ((n = syscall(SYS_getdents64, fds, buf, sizeof(buf))) > 0) {
+        for (long off = 0; off < n;) {
+          const auto* d = reinterpret_cast<const struct dirent64*>(
+              buf + off);
+          int fd = 0;
+          bool number = d->d_name[0] != '\0';
+          for (const char* c = d->d_name; *c != '\0'; ++c) {
+            if (*c < '0' || *c > '9') number = false;
+            fd = fd * 10 + (*c - '0');
+          }
+          if (number && fd > kMetricsFd && fd != fds) {
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
+          }
+          off += d->d_reclen;
+        }
+      }
+      ::close(fds);
+    } else {
+      struct rlimit limit;
+      rlim_t last = 1 << 20;
+      if (getrlimit(RLIMIT_NOFILE, &limit) == 0 &&
+          limit.rlim_max != RLIM_INFINITY) {
+        last = limit.rlim_max;
+      }
+      for (rlim_t fd = kMetricsFd + 1; fd < last; ++fd) {
+        fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+      }
     }
   }
   if (chdir(dir) != 0) fail(kStageChdir);

@@ -1097,6 +1097,9 @@ bool Supervisor::SayExit(Process& process) {
       FlushPartial(process, *output);
     }
   }
+  // The last point held back by metrics_interval goes before the exit
+  // (after it the scheduler drops it), forced or not.
+  SendHeldMetrics(process, process.metrics);
   process.pending_exit.reset();
   const int wait_status = exit.wait_status;
   const bool lease_stop = exit.lease_stop;

@@ -421,15 +421,20 @@ absl::Status ValidateCheckpointDir(const std::string& field,
 std::string ExpandCheckpointDir(const std::string& dir,
                                 const std::string& job_id, int32_t attempt,
                                 const std::string& user) {
-  // One path component whatever the name holds.
-  std::string name = user;
-  for (char& c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
-        c != '_' && c != '-') {
-      c = '_';
+  // One path component whatever the name holds, and a different one for
+  // every name (two users must never share a directory): letters, digits,
+  // '_', '-' and a '.' not first stay, every other byte is %XX ("a@b" is
+  // "a%40b", ".." is "%2e.").
+  std::string name;
+  for (size_t i = 0; i < user.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(user[i]);
+    if (absl::ascii_isalnum(c) || c == '_' || c == '-' || (c == '.' && i > 0)) {
+      name.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppend(&name, absl::StrFormat("%%%02x", c));
     }
   }
-  if (name.empty() || name == "." || name == "..") name = "_";
+  if (name.empty()) name = "%";
   return absl::StrReplaceAll(dir, {{"{job}", job_id},
                                    {"{attempt}", absl::StrCat(attempt)},
                                    {"{user}", name}});

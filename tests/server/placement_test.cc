@@ -906,9 +906,17 @@ TEST(JobSpecTest, CheckpointDirExpandsJobAndAttempt) {
   EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 1, "alice"),
             "/shared/ckpt/alice/42");
   EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 1, "../x/y"),
-            "/shared/ckpt/.._x_y/42");
+            "/shared/ckpt/%2e.%2fx%2fy/42");
   EXPECT_EQ(ExpandCheckpointDir(spec.checkpoint_dir(), "42", 1, ".."),
-            "/shared/ckpt/_/42");
+            "/shared/ckpt/%2e./42");
+  // and a different one for every name: two users never share it.
+  std::set<std::string> seen;
+  for (const char* user : {"a_b", "a@b", "a.b", "a%40b", "a/b", "_", ".",
+                           "..", "", "%", "A_B", "a-b"}) {
+    EXPECT_TRUE(seen.insert(ExpandCheckpointDir("{user}", "1", 1, user)).second)
+        << user << " shares " << ExpandCheckpointDir("{user}", "1", 1, user);
+  }
+  EXPECT_EQ(ExpandCheckpointDir("{user}", "1", 1, "john_doe"), "john_doe");
 }
 
 // An error echoes a bad value cut short and escaped: one readable line of
