@@ -21,6 +21,12 @@ inline constexpr int64_t kMaxLaunchBytes = int64_t{1} << 20;
 // and workers ask for larger sets in pieces of this size.
 inline constexpr int kMaxRendezvousKeysPerGet = 1024;
 
+// What one stored row of a job's logs or metrics costs the database beyond
+// its data (the row, its key, two index entries), counted against the job's
+// output budget: a rank that writes "x\n" every millisecond stores a row
+// per chunk, and counted by its data alone would weigh 2 bytes a row.
+inline constexpr int64_t kStoredRowOverheadBytes = 96;
+
 }  // namespace xl
 
 #endif  // XL_COMMON_LIMITS_H_

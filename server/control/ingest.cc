@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/duration.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "server/control/controller.h"
 
@@ -77,7 +78,8 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
   auto chunk = std::make_shared<v1::LogChunk>(log);
   if (!chunk->has_time()) *chunk->mutable_time() = ToProtoTime(clock_->Now());
   const int64_t id = rec->id;
-  const int64_t size = static_cast<int64_t>(chunk->data().size());
+  const int64_t size =
+      static_cast<int64_t>(chunk->data().size()) + kStoredRowOverheadBytes;
   // Counted now, so that chunks queued behind it see it.
   rec->log_bytes += size;
   const int64_t trim = TrimFor(rec, 0);
@@ -161,7 +163,8 @@ void Controller::StoreMetrics(JobRecord* rec) {
       std::move(rec->metrics_unstored);
   rec->metrics_unstored = nullptr;
   rec->metrics_stored_mono = clock_->MonotonicNow();
-  const int64_t size = static_cast<int64_t>(point->ByteSizeLong());
+  const int64_t size =
+      static_cast<int64_t>(point->ByteSizeLong()) + kStoredRowOverheadBytes;
   rec->metrics_bytes += size;
   const int64_t trim = TrimFor(rec, 0);
   const int64_t id = rec->id;

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/duration.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "server/store/migrator.h"
 
@@ -395,7 +396,7 @@ absl::StatusOr<Tx::Trimmed> SqliteTx::TrimOutput(int64_t job_id,
     const absl::Status scanned = scan->ForEachRow([&]() -> absl::Status {
       if (freed >= want) return absl::CancelledError("enough");  // stops
       last = scan->ColumnInt(0);
-      freed += scan->ColumnInt(1);
+      freed += scan->ColumnInt(1) + kStoredRowOverheadBytes;
       return absl::OkStatus();
     });
     if (!scanned.ok() && !absl::IsCancelled(scanned)) return scanned;
@@ -558,14 +559,19 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
     }));
   }
   {
-    ASSIGN_OR_RETURN(auto m, db->Prepare("SELECT job_id, sum(length(data)) "
-                                          "FROM metrics GROUP BY job_id"));
+    // With each row's overhead, as the budget counts them.
+    ASSIGN_OR_RETURN(auto m, db->Prepare(absl::StrCat(
+                                 "SELECT job_id, sum(length(data) + ",
+                                 kStoredRowOverheadBytes,
+                                 ") FROM metrics GROUP BY job_id")));
     RETURN_IF_ERROR(m->ForEachRow([&] {
       state.metrics_bytes[m->ColumnInt(0)] = m->ColumnInt(1);
       return absl::OkStatus();
     }));
-    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT job_id, sum(length(data)) "
-                                          "FROM logs GROUP BY job_id"));
+    ASSIGN_OR_RETURN(auto s, db->Prepare(absl::StrCat(
+                                 "SELECT job_id, sum(length(data) + ",
+                                 kStoredRowOverheadBytes,
+                                 ") FROM logs GROUP BY job_id")));
     RETURN_IF_ERROR(s->ForEachRow([&] {
       state.log_bytes[s->ColumnInt(0)] = s->ColumnInt(1);
       return absl::OkStatus();

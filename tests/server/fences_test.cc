@@ -6,6 +6,7 @@
 #include "tests/server/controller_fixture.h"
 
 #include "common/duration.h"
+#include "common/limits.h"
 
 namespace xl::control {
 namespace {
@@ -435,6 +436,28 @@ TEST_F(ControllerTest, OneJobCannotFillTheSchedulersDisk) {
   points = store_->ReadMetrics(1, 0, 1000);
   ASSERT_EQ(points->size(), 2u);
   EXPECT_EQ(points->back().second.loss(), 199);
+
+  // Tiny chunks ("x\n", a row each) weigh their rows too: counted by their
+  // data alone, 1000 bytes would be 500 rows.
+  for (int i = 31; i <= 330; ++i) {
+    v1::AgentMessage log;
+    log.set_seq(i);
+    log.mutable_log()->set_job_id(id);
+    log.mutable_log()->set_attempt(1);
+    log.mutable_log()->set_stream(v1::STDOUT);
+    log.mutable_log()->set_data("x\n");
+    log.mutable_log()->set_end_offset(3000 + 2 * i);
+    controller_->AgentMessage("a", a.get(), log);
+    EXPECT_EQ(a->WaitFor(Msg::kLogAck).log_ack().seq(), static_cast<uint64_t>(i));
+  }
+  Settle();
+  logs = store_->ReadLogs(1, 0, -1, 1000);
+  int64_t weight = 0;
+  for (const auto& c : *logs) {
+    weight += static_cast<int64_t>(c.data().size()) + kStoredRowOverheadBytes;
+  }
+  EXPECT_LE(weight, 1000) << logs->size() << " rows";
+  EXPECT_GE(logs->size(), 3u);
 }
 
 TEST_F(ControllerTest, RendezvousScopesAreBounded) {
