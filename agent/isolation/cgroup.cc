@@ -154,10 +154,24 @@ std::vector<std::string> DeviceAllowList(const v1::ResourceLimits& limits) {
     std::string rule = DeviceRuleOf(path);
     if (!rule.empty()) rules.push_back(rule);
   }
+  // The node's RDMA devices, shared by its jobs as its NICs are (NCCL's
+  // InfiniBand/RoCE transport: uverbs, rdma_cm, umad), and GPUDirect's
+  // (gdrcopy, GPUDirect Storage): without them a multi-node job falls back
+  // to TCP without a word.
+  for (const char* path : {"/dev/gdrdrv", "/dev/nvidia-fs"}) {
+    std::string rule = DeviceRuleOf(path);
+    if (!rule.empty()) rules.push_back(rule);
+  }
   std::error_code ec;
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/dev/nvidia-caps", ec)) {
-    std::string rule = DeviceRuleOf(entry.path().string());
+  for (const char* dir : {"/dev/nvidia-caps", "/dev/infiniband"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      std::string rule = DeviceRuleOf(entry.path().string());
+      if (!rule.empty()) rules.push_back(rule);
+    }
+    ec.clear();
+  }
+  for (int i = 0; i < 16; ++i) {  // GPUDirect Storage: /dev/nvidia-fs0..15
+    std::string rule = DeviceRuleOf(absl::StrCat("/dev/nvidia-fs", i));
     if (!rule.empty()) rules.push_back(rule);
   }
   for (int index : limits.gpu_indices()) {

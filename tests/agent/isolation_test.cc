@@ -650,6 +650,30 @@ TEST_P(IsolationTest, OnlyTheAllocatedGpuDeviceNodesCanBeOpened) {
       << all;
 }
 
+// The node's RDMA devices (NCCL over InfiniBand or RoCE) are every job's,
+// as its NICs are: on v2 too (review of F7: the BPF program's list lacked
+// them, so multi-node jobs fell back to TCP without a word). A fake
+// /dev/infiniband/uverbs device (major 231) is made where none exists.
+TEST_P(IsolationTest, TheNodesRdmaDevicesCanBeOpened) {
+  SKIP_UNLESS(cgroups_.devices, "devices");
+  const std::string dir = "/dev/infiniband";
+  if (std::filesystem::exists(dir)) {
+    GTEST_SKIP() << dir << " exists: this node has RDMA devices of its own";
+  }
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  const std::string path = dir + "/uverbs0";
+  ASSERT_EQ(mknod(path.c_str(), S_IFCHR | 0666, makedev(231, 192)), 0)
+      << strerror(errno);
+  ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+  StartSupervisor();
+  v1::RankStatus end = RunToEnd(Shell("rdma", kUserA, "cat " + path));
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(end.state(), v1::RANK_EXITED) << end.message();
+  // Past the cgroup, to the missing driver.
+  EXPECT_THAT(Stderr("rdma"), Not(HasSubstr("Operation not permitted")));
+  EXPECT_THAT(Stderr("rdma"), HasSubstr("No such device"));
+}
+
 // Labelled gpu: needs /dev/nvidia0.
 TEST_P(IsolationTest, GpuOnlyTheAllocatedGpusDevicesCanBeOpened) {
   if (access("/dev/nvidia0", F_OK) != 0) {
