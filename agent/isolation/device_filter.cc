@@ -111,12 +111,25 @@ absl::StatusOr<int> Load(const std::vector<bpf_insn>& program) {
   attr.insns = reinterpret_cast<uint64_t>(program.data());
   attr.insn_cnt = static_cast<uint32_t>(program.size());
   attr.license = reinterpret_cast<uint64_t>(kLicense);
-  attr.log_buf = reinterpret_cast<uint64_t>(log.data());
-  attr.log_size = static_cast<uint32_t>(log.size());
-  attr.log_level = 1;
-  long fd = Bpf(BPF_PROG_LOAD, &attr);
+  // Without the verifier's log first (a log too small for a long program
+  // fails the load on older kernels), and again on EAGAIN, which the
+  // verifier answers when it is interrupted (libbpf retries it too).
+  long fd = -1;
+  int err = 0;
+  for (int tries = 0; tries < 5; ++tries) {
+    fd = Bpf(BPF_PROG_LOAD, &attr);
+    err = errno;
+    if (fd >= 0 || (err != EAGAIN && err != EINTR)) break;
+  }
   if (fd < 0) {
-    const int err = errno;
+    // Once more with the log, for the reason.
+    attr.log_buf = reinterpret_cast<uint64_t>(log.data());
+    attr.log_size = static_cast<uint32_t>(log.size());
+    attr.log_level = 1;
+    fd = Bpf(BPF_PROG_LOAD, &attr);  // loaded this time: used
+    if (fd < 0 && errno != EAGAIN && errno != EINTR) err = errno;
+  }
+  if (fd < 0) {
     log.resize(::strnlen(log.data(), log.size()));
     return absl::FailedPreconditionError(absl::StrCat(
         "the kernel refused the BPF device program: ", ErrnoString(err),
