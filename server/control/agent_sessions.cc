@@ -75,7 +75,7 @@ absl::StatusOr<std::string> Controller::AgentRegister(
   std::shared_ptr<AgentConnection> replaced;
   {
     absl::MutexLock lock(&mu_);
-    NodeRecord& node = nodes_.Upsert(name);
+    NodeRecord& node = model_.nodes.Upsert(name);
     // Another agent process claims a node whose session is alive: refuse,
     // or the two would free each other's resources. (The same process
     // reconnecting has the same instance id.)
@@ -105,7 +105,7 @@ absl::StatusOr<std::string> Controller::AgentRegister(
     node.agent_version = reg.agent_version();
     node.shared_env = reg.shared_env();
     node.honours_lease = reg.honours_lease();
-    ledger_.SetNode(node.info);
+    model_.ledger.SetNode(node.info);
     capacity_freed_ = true;
     pass_needed_ = true;
     wake_ = true;
@@ -143,7 +143,7 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
         {state::JobTable::ParseId(st.job_id()), st.attempt(), st.rank()});
   }
   for (int64_t id : parked_jobs_) {
-    JobRecord* rec = jobs_.Find(id);
+    JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr) continue;
     for (auto& p : rec->parked_exits) {
       if (p.node != node->name) continue;
@@ -162,7 +162,7 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
     int rank;
   };
   std::vector<Missing> missing;
-  for (const state::Hold& hold : ledger_.Holds(node->name)) {
+  for (const state::Hold& hold : model_.ledger.Holds(node->name)) {
     for (int rank : hold.live_ranks) {
       if (reported.count({hold.job_id, hold.attempt, rank}) == 0) {
         missing.push_back({hold.job_id, hold.attempt, rank});
@@ -173,7 +173,7 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
   for (const auto& st : reg.ranks()) HandleRankStatus(node, st);
   std::map<int64_t, std::vector<int>> undelivered, vanished;
   for (const Missing& m : missing) {
-    JobRecord* rec = jobs_.Find(m.job);
+    JobRecord* rec = model_.jobs.Find(m.job);
     const bool current = rec != nullptr && rec->job.attempt() == m.attempt &&
                          state::JobTable::IsActive(rec->job.state()) &&
                          !rec->stopping;
@@ -187,7 +187,7 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
     }
   }
   for (auto& [id, ranks] : vanished) {
-    JobRecord* rec = jobs_.Find(id);
+    JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr || rec->stopping) continue;
     rec->job.set_exit_code(-1);
     FailAttempt(rec,
@@ -197,7 +197,7 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
                 /*spend_retry=*/true);
   }
   for (auto& [id, ranks] : undelivered) {
-    JobRecord* rec = jobs_.Find(id);
+    JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr || rec->stopping ||
         !state::JobTable::IsActive(rec->job.state())) {
       continue;
@@ -212,7 +212,7 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
 
 bool Controller::RankWasOnNode(const NodeRecord& node, const JobRecord& rec,
                                int32_t attempt, int32_t rank) const {
-  if (const state::Hold* hold = ledger_.FindHold(node.name, rec.id, attempt)) {
+  if (const state::Hold* hold = model_.ledger.FindHold(node.name, rec.id, attempt)) {
     return std::find(hold->all_ranks.begin(), hold->all_ranks.end(), rank) !=
            hold->all_ranks.end();
   }
@@ -245,7 +245,7 @@ void Controller::SettleExits(int64_t job_id, bool now,
   // queue is walked once).
   int64_t lost_left = -1;
   while (true) {
-    JobRecord* rec = jobs_.Find(job_id);
+    JobRecord* rec = model_.jobs.Find(job_id);
     if (rec == nullptr || rec->parked_exits.empty()) {
       parked_jobs_.erase(job_id);
       return;
@@ -285,7 +285,7 @@ void Controller::SettleExits(int64_t job_id, bool now,
           ")"));
     }
     // The node may have gone meanwhile: its loss settled the attempt.
-    if (NodeRecord* node = nodes_.Find(ready.node)) {
+    if (NodeRecord* node = model_.nodes.Find(ready.node)) {
       HandleRankStatus(node, ready.status, /*settled=*/true);
     }
   }
@@ -294,7 +294,7 @@ void Controller::SettleExits(int64_t job_id, bool now,
 void Controller::SettleExitsOfLostNode(const std::string& node) {
   std::vector<int64_t> from;
   for (int64_t id : parked_jobs_) {
-    const JobRecord* rec = jobs_.Find(id);
+    const JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr) continue;
     for (const auto& p : rec->parked_exits) {
       if (p.node == node) {
@@ -311,7 +311,7 @@ void Controller::CheckParkedExits() {
   const absl::Time now = clock_->MonotonicNow();
   std::vector<int64_t> due;
   for (int64_t id : parked_jobs_) {
-    const JobRecord* rec = jobs_.Find(id);
+    const JobRecord* rec = model_.jobs.Find(id);
     // Only the first of a job's parked exits can be due: the rest wait
     // behind it.
     if (rec == nullptr || rec->parked_exits.empty() ||
@@ -325,8 +325,8 @@ void Controller::CheckParkedExits() {
 void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
                                   bool settled) {
   const int64_t id = state::JobTable::ParseId(st.job_id());
-  JobRecord* rec = jobs_.Find(id);
-  const state::Hold* hold = ledger_.FindHold(node->name, id, st.attempt());
+  JobRecord* rec = model_.jobs.Find(id);
+  const state::Hold* hold = model_.ledger.FindHold(node->name, id, st.attempt());
   const bool held = hold != nullptr && hold->live_ranks.count(st.rank()) > 0;
   const bool current = rec != nullptr && rec->job.attempt() == st.attempt() &&
                        state::JobTable::IsActive(rec->job.state()) &&
@@ -374,7 +374,7 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
       auto e = Transition(rec, v1::RUNNING,
                           absl::StrCat("all ", rec->job.world_size(),
                                        " ranks running"));
-      if (e.ok()) CommitJob(rec, {*e}, nullptr, nullptr);
+      if (e.ok()) Apply(JobEffects(rec, {*e}));
     }
     return;
   }
@@ -427,10 +427,9 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
       // One row, not the whole job: O(1) per rank however large the gang.
       const int64_t id = rec->id;
       const int32_t attempt = rec->job.attempt();
-      Commit([id, attempt, exit = *exit](store::Tx& tx) {
-               return tx.PutRankExit(id, attempt, exit);
-             },
-             nullptr);
+      Effects effects;
+      effects.changes.push_back(store::change::PutRankExit{id, attempt, *exit});
+      Apply(std::move(effects));
     }
     return;
   }
@@ -478,7 +477,7 @@ void Controller::AvoidNode(JobRecord* rec, const std::string& node) {
   bool listed = false;
   for (const std::string& n : avoiding.exclude_nodes()) listed |= n == node;
   if (!listed) avoiding.add_exclude_nodes(node);
-  rec->avoiding = jobs_.Intern(avoiding);
+  rec->avoiding = model_.jobs.Intern(avoiding);
   rec->avoid_until_mono = clock_->MonotonicNow() + opts_.avoid_failed_node;
 }
 
@@ -499,6 +498,8 @@ void Controller::NoteRankFailure(NodeRecord* node, JobRecord* rec,
   if (static_cast<int>(failures.size()) < opts_.bad_node_jobs) return;
   std::vector<std::string> ids;
   for (const auto& f : failures) ids.push_back(absl::StrCat(f.first));
+  // The latest word: a resume still being written is superseded.
+  node->drain_writing.reset();
   node->drained = true;
   node->drain_reason = absl::StrCat(
       "drained by the scheduler: ranks of ", failures.size(),
@@ -517,22 +518,20 @@ void Controller::NoteRankFailure(NodeRecord* node, JobRecord* rec,
 void Controller::ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
                              int rank) {
   bool found = false;
-  const bool freed = ledger_.ReleaseRank(node->name, job_id, attempt, rank,
+  const bool freed = model_.ledger.ReleaseRank(node->name, job_id, attempt, rank,
                                          &found);
   if (!found) return;
   if (freed) {
     const std::string name = node->name;
-    Commit(
-        [name, job_id, attempt](store::Tx& tx) {
-          return tx.DeleteHold(name, job_id, attempt);
-        },
-        nullptr);
+    Effects effects;
+    effects.changes.push_back(store::change::DeleteHold{name, job_id, attempt});
+    Apply(std::move(effects));
     capacity_freed_ = true;
     pass_needed_ = true;
     wake_ = true;
     return;
   }
-  const state::Hold* hold = ledger_.FindHold(node->name, job_id, attempt);
+  const state::Hold* hold = model_.ledger.FindHold(node->name, job_id, attempt);
   if (hold == nullptr) return;
   store::StoredHold stored;
   stored.job_id = job_id;
@@ -545,7 +544,9 @@ void Controller::ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
   a.set_memory_bytes(hold->share.memory_bytes);
   a.set_nvme_bytes(hold->share.nvme_bytes);
   a.set_nic_gbps(hold->share.nic_gbps);
-  Commit([stored](store::Tx& tx) { return tx.PutHold(stored); }, nullptr);
+  Effects effects;
+  effects.changes.push_back(store::change::PutHold{std::move(stored)});
+  Apply(std::move(effects));
 }
 
 void Controller::NodeLost(NodeRecord* node, const std::string& why) {
@@ -562,15 +563,15 @@ void Controller::NodeLost(NodeRecord* node, const std::string& why) {
   // The holds stay: whatever still runs there keeps its resources until the
   // node comes back and reports it gone.
   std::set<int64_t> jobs;
-  for (const state::Hold& hold : ledger_.Holds(node->name)) {
-    JobRecord* rec = jobs_.Find(hold.job_id);
+  for (const state::Hold& hold : model_.ledger.Holds(node->name)) {
+    JobRecord* rec = model_.jobs.Find(hold.job_id);
     if (rec != nullptr && rec->job.attempt() == hold.attempt &&
         state::JobTable::IsActive(rec->job.state()) && !rec->stopping) {
       jobs.insert(hold.job_id);
     }
   }
   for (int64_t id : jobs) {
-    JobRecord* rec = jobs_.Find(id);
+    JobRecord* rec = model_.jobs.Find(id);
     // The node's agent stops the ranks when its lease runs out (at the
     // latest now) and kills them after the grace period: the next attempt
     // waits for that, plus a heartbeat for the clocks' difference.
@@ -585,7 +586,7 @@ void Controller::AgentMessage(const std::string& name,
                               const AgentConnection* conn,
                               const v1::AgentMessage& msg) {
   absl::MutexLock lock(&mu_);
-  NodeRecord* node = nodes_.Find(name);
+  NodeRecord* node = model_.nodes.Find(name);
   if (node == nullptr || node->conn.get() != conn) return;
   node->last_heartbeat_mono = clock_->MonotonicNow();
   node->last_heartbeat_wall = clock_->Now();

@@ -33,17 +33,12 @@ void Log(const std::string& line) {
   fprintf(stderr, "xl-scheduler: %s\n", line.c_str());
 }
 
-void SendAll(const std::vector<std::pair<std::shared_ptr<AgentConnection>,
-                                         v1::SchedulerMessage>>& sends) {
-  for (const auto& [conn, msg] : sends) conn->Send(msg);
-}
-
 }  // namespace
 
 absl::StatusOr<v1::JobEvent> Controller::Transition(JobRecord* rec,
                                                     v1::JobState to,
                                                     const std::string& reason) {
-  auto e = jobs_.Transition(rec, to, reason, clock_->Now());
+  auto e = model_.jobs.Transition(rec, to, reason, clock_->Now());
   if (!e.ok()) {
     Log(e.status().ToString());
   } else if (opts_.telemetry != nullptr) {
@@ -54,7 +49,7 @@ absl::StatusOr<v1::JobEvent> Controller::Transition(JobRecord* rec,
 
 void Controller::CloseAttempt(JobRecord* rec) {
   v1::Job& job = rec->job;
-  if (job.master_port() > 0) ports_.Release(job.master_addr(), job.master_port());
+  if (job.master_port() > 0) model_.ports.Release(job.master_addr(), job.master_port());
   rendezvous_.Close(job.id());
 }
 
@@ -82,7 +77,7 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
   std::vector<store::StoredHold> holds;
   for (size_t g = 0; g < placement.shares.size(); ++g) {
     const auto& share = placement.shares[g];
-    NodeRecord* node = nodes_.Find(share.node);
+    NodeRecord* node = model_.nodes.Find(share.node);
     names.push_back(share.node);
     v1::Allocation* a = job.add_allocations();
     a->set_node(share.node);
@@ -103,11 +98,11 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
       hold.live_ranks.insert(rank);
       hold.all_ranks.push_back(rank);
     }
-    ledger_.AddHold(share.node, std::move(hold));
+    model_.ledger.AddHold(share.node, std::move(hold));
     holds.push_back({rec->id, job.attempt(), *a});
   }
   job.set_master_addr(job.allocations(0).address());
-  job.set_master_port(ports_.Allocate(job.master_addr()));
+  job.set_master_port(model_.ports.Allocate(job.master_addr()));
   *job.mutable_start_time() = ToProtoTime(clock_->Now());
   rec->start_mono = clock_->MonotonicNow();
   job.clear_end_time();
@@ -123,24 +118,19 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
   const int64_t id = rec->id;
   const int32_t attempt = job.attempt();
   const std::string token = rec->token;
-  CommitJob(
+  Effects effects = JobEffects(
       rec, {*e},
-      [id, token, holds](store::Tx& tx) {
-        RETURN_IF_ERROR(tx.PutToken(id, token));
-        for (const auto& h : holds) RETURN_IF_ERROR(tx.PutHold(h));
-        return absl::OkStatus();
-      },
       [this, id, attempt, token, holds] {
         // Decisions go to the agents only once they are durable.
         absl::MutexLock lock(&mu_);
-        JobRecord* rec = jobs_.Find(id);
+        JobRecord* rec = model_.jobs.Find(id);
         if (rec == nullptr || rec->job.attempt() != attempt ||
             !state::JobTable::IsActive(rec->job.state()) || rec->stopping) {
           // The attempt ended before its start was recorded: no StartRanks
           // went out (they go only from here), so nothing runs and no agent
           // will report an exit; give the resources back now.
           for (const auto& h : holds) {
-            NodeRecord* node = nodes_.Find(h.allocation.node());
+            NodeRecord* node = model_.nodes.Find(h.allocation.node());
             if (node == nullptr) continue;
             for (int r : h.allocation.ranks()) ReleaseRank(node, id, attempt, r);
           }
@@ -150,7 +140,7 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
                          rec->job.world_size());
         std::vector<std::string> undelivered;
         for (const auto& a : rec->job.allocations()) {
-          NodeRecord* node = nodes_.Find(a.node());
+          NodeRecord* node = model_.nodes.Find(a.node());
           LaunchContext context;
           context.scheduler_address = opts_.advertise_address;
           context.token = token;
@@ -169,11 +159,11 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
           // Nothing ran on those nodes: give the attempt back without
           // spending a retry.
           for (const std::string& name : undelivered) {
-            const state::Hold* hold = ledger_.FindHold(name, id, attempt);
+            const state::Hold* hold = model_.ledger.FindHold(name, id, attempt);
             if (hold == nullptr) continue;
             std::vector<int> ranks(hold->live_ranks.begin(),
                                    hold->live_ranks.end());
-            NodeRecord* node = nodes_.Find(name);
+            NodeRecord* node = model_.nodes.Find(name);
             if (node == nullptr) continue;
             for (int r : ranks) ReleaseRank(node, id, attempt, r);
           }
@@ -184,6 +174,11 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
                       /*spend_retry=*/false);
         }
       });
+  effects.changes.push_back(store::change::PutToken{id, token});
+  for (const auto& h : holds) {
+    effects.changes.push_back(store::change::PutHold{h});
+  }
+  Apply(std::move(effects));
 }
 
 absl::Duration Controller::GraceOf(const JobRecord& rec) {
@@ -197,11 +192,11 @@ absl::Duration Controller::LostNodeFence(const JobRecord& rec) const {
          GraceOf(rec) + opts_.heartbeat_interval;
 }
 
-Controller::Sends Controller::StopMessages(const JobRecord& rec,
+Sends Controller::StopMessages(const JobRecord& rec,
                                            const std::string& why) {
   Sends sends;
   for (const auto& a : rec.job.allocations()) {
-    NodeRecord* node = nodes_.Find(a.node());
+    NodeRecord* node = model_.nodes.Find(a.node());
     if (node == nullptr || !node->conn) continue;
     v1::SchedulerMessage msg;
     v1::StopJob* stop = msg.mutable_stop_job();
@@ -231,8 +226,9 @@ void Controller::EndJob(JobRecord* rec, v1::JobState to,
     rec->stopping = true;
     CloseAttempt(rec);
   }
-  CommitJob(rec, {*e}, nullptr, [stops = std::move(stops)] { SendAll(stops); },
-            std::move(answer));
+  Effects effects = JobEffects(rec, {*e}, nullptr, std::move(answer));
+  effects.sends = std::move(stops);
+  Apply(std::move(effects));
   WakeDependents(*rec);
 }
 
@@ -294,8 +290,9 @@ void Controller::FailAttempt(JobRecord* rec, const std::string& why,
   new_pending_.push_back(rec->id);
   pass_needed_ = true;
   wake_ = true;
-  CommitJob(rec, std::move(events), nullptr,
-            [stops = std::move(stops)] { SendAll(stops); });
+  Effects effects = JobEffects(rec, std::move(events));
+  effects.sends = std::move(stops);
+  Apply(std::move(effects));
 }
 
 }  // namespace xl::control

@@ -29,7 +29,7 @@ Controller::Controller(store::Store* store, const Clock* clock,
       opts_(std::move(opts)),
       quota_(opts_.submit_limits),
       rendezvous_(clock),
-      ports_(opts_.master_port_base, opts_.master_port_count) {}
+      model_(opts_.master_port_base, opts_.master_port_count) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -43,184 +43,59 @@ absl::Status Controller::Recover() {
 void Controller::LoadModel(store::StoredState state) {
   const absl::Time now_wall = clock_->Now();
   const absl::Time now_mono = clock_->MonotonicNow();
-  // Connections survive a reload in the node table until the caller closes
-  // them; everything else is rebuilt.
-  std::map<std::string, std::shared_ptr<AgentConnection>> conns;
-  for (auto& [name, node] : nodes_.all()) {
-    if (node.conn) conns[name] = node.conn;
-  }
-  jobs_.Clear();
-  nodes_.Clear();
-  ledger_.Clear();
-  ports_.Clear();
+  state::Model::LoadClock load_clock;
+  load_clock.now_wall = now_wall;
+  load_clock.now_mono = now_mono;
+  load_clock.reconnect_grace = opts_.reconnect_grace;
+  load_clock.usage_half_life = opts_.priority_weights.half_life;
+  model_.Load(&state, load_clock);
+  // What the control layer derives from the model, and keeps beside it.
   uncommitted_.clear();
   new_pending_.clear();
   class_reasons_.clear();
   job_reasons_.clear();
-  jobs_.ReserveIds(state.last_job_id);
-  for (auto& n : state.nodes) {
-    NodeRecord& node = nodes_.Upsert(n.name);
-    node.inventory = n.inventory;
-    node.info = scheduler::NodeInfo::FromInventory(n.name, n.inventory);
-    node.address = n.inventory.address();
-    node.drained = n.drained;
-    node.drain_reason = n.state_reason;
-    node.register_time = n.register_time;
-    // Nobody is lost for the scheduler's own downtime: the timeout starts
-    // now, after the time agents take to notice and come back (their
-    // reconnect backoff).
-    node.last_heartbeat_mono = now_mono + opts_.reconnect_grace;
-    node.last_heartbeat_wall = now_wall;
-    auto c = conns.find(n.name);
-    if (c != conns.end()) node.conn = c->second;
-    ledger_.SetNode(node.info);
-  }
   std::set<std::string> open_scopes;
-  for (auto& job : state.jobs) {
-    int64_t id = state::JobTable::ParseId(job.id());
-    if (id <= 0) continue;
-    JobRecord rec;
-    rec.id = id;
-    rec.job = std::move(job);
-    rec.committed = std::make_shared<const v1::Job>(rec.job);
-    auto token = state.tokens.find(id);
-    if (token != state.tokens.end()) rec.token = token->second;
-    auto bytes = state.log_bytes.find(id);
-    if (bytes != state.log_bytes.end()) rec.log_bytes = bytes->second;
-    auto metrics = state.metrics_bytes.find(id);
-    if (metrics != state.metrics_bytes.end()) {
-      rec.metrics_bytes = metrics->second;
-    }
-    rec.log_ends_attempt = rec.job.attempt();
-    for (auto it = state.log_ends.lower_bound({id, rec.job.attempt(), 0, 0});
-         it != state.log_ends.end() && std::get<0>(it->first) == id &&
-         std::get<1>(it->first) == rec.job.attempt();
-         ++it) {
-      rec.log_ends[{std::get<2>(it->first), std::get<3>(it->first)}] =
-          it->second;
-    }
-    for (const auto& exit : rec.job.rank_exits()) {
-      v1::RankStatus st;
-      st.set_rank(exit.rank());
-      st.set_state(exit.failed_to_start() ? v1::RANK_FAILED_TO_START
-                                          : v1::RANK_EXITED);
-      st.set_exit_code(exit.exit_code());
-      st.set_signal(exit.signal());
-      rec.ranks[exit.rank()] = st;
-      if (!exit.failed_to_start() && exit.exit_code() == 0 &&
-          exit.signal() == 0) {
-        ++rec.ranks_succeeded;
-      }
-    }
-    JobRecord& stored = jobs_.Insert(std::move(rec));
-    if (!state::JobTable::IsTerminal(stored.job.state())) {
-      NoteDependencies(stored);
-    }
-    if (state::JobTable::IsActive(stored.job.state())) {
-      // Elapsed running time before the restart comes from the wall clock,
-      // the only reading that survives a restart.
-      absl::Duration ran = now_wall - FromProto(stored.job.start_time());
-      stored.start_mono = now_mono - std::max(ran, absl::ZeroDuration());
-      if (stored.job.master_port() > 0) {
-        ports_.Reserve(stored.job.master_addr(), stored.job.master_port());
-      }
-      if (!stored.token.empty()) {
-        open_scopes.insert(stored.job.id());
-        rendezvous_.Open(stored.job.id(), stored.job.attempt(), stored.token,
-                         stored.job.world_size());
-      }
+  for (auto& [id, rec] : model_.jobs.all()) {
+    if (!state::JobTable::IsTerminal(rec.job.state())) NoteDependencies(rec);
+    if (state::JobTable::IsActive(rec.job.state()) && !rec.token.empty()) {
+      open_scopes.insert(rec.job.id());
+      rendezvous_.Open(rec.job.id(), rec.job.attempt(), rec.token,
+                       rec.job.world_size());
     }
   }
   // Scopes of attempts that still run keep their keys (ranks in the middle
   // of meeting go on); the others close.
   rendezvous_.RetainOnly(open_scopes);
-  for (auto& h : state.holds) {
-    state::Hold hold;
-    hold.job_id = h.job_id;
-    hold.attempt = h.attempt;
-    const v1::Allocation& a = h.allocation;
-    hold.share.node = a.node();
-    hold.share.gpu_indices.assign(a.gpu_indices().begin(),
-                                  a.gpu_indices().end());
-    hold.share.cpus = a.cpus();
-    hold.share.memory_bytes = a.memory_bytes();
-    hold.share.nvme_bytes = a.nvme_bytes();
-    hold.share.nic_gbps = a.nic_gbps();
-    hold.live_ranks.insert(a.ranks().begin(), a.ranks().end());
-    // The ranks the attempt ran there, for accepting their late output.
-    if (JobRecord* rec = jobs_.Find(h.job_id);
-        rec != nullptr && rec->job.attempt() == h.attempt) {
-      for (const auto& alloc : rec->job.allocations()) {
-        if (alloc.node() == a.node()) {
-          hold.all_ranks.assign(alloc.ranks().begin(), alloc.ranks().end());
-        }
-      }
-    }
-    if (hold.all_ranks.empty()) {
-      hold.all_ranks.assign(a.ranks().begin(), a.ranks().end());
-    }
-    if (!nodes_.Find(a.node())) {
-      NodeRecord& node = nodes_.Upsert(a.node());
-      node.last_heartbeat_mono = now_mono + opts_.reconnect_grace;
-      node.last_heartbeat_wall = now_wall;
-    }
-    // A requeued job whose older attempt still holds resources may have
-    // been requeued because that node was lost: its start waits as if the
-    // node had just been lost (the wait is not stored; this errs long).
-    if (JobRecord* rec = jobs_.Find(h.job_id);
+  // A requeued job whose older attempt still holds resources may have been
+  // requeued because that node was lost: its start waits as if the node
+  // had just been lost (the wait is not stored; this errs long).
+  for (const auto& h : state.holds) {
+    if (JobRecord* rec = model_.jobs.Find(h.job_id);
         rec != nullptr && rec->job.state() == v1::PENDING &&
         rec->job.attempt() > h.attempt) {
       rec->eligible_mono =
           std::max(rec->eligible_mono, now_mono + LostNodeFence(*rec));
     }
-    ledger_.AddHold(a.node(), std::move(hold), /*force=*/true);
   }
   // A preemptor whose victims still hold what they had (their old
   // attempts' holds) waits for them again rather than preempting more.
   preempting_.clear();
   preempt_holds_.clear();
   for (const auto& h : state.holds) {
-    const JobRecord* victim = jobs_.Find(h.job_id);
+    const JobRecord* victim = model_.jobs.Find(h.job_id);
     if (victim == nullptr || victim->job.preempted_by().empty() ||
         victim->job.attempt() <= h.attempt) {
       continue;
     }
     const int64_t by = state::JobTable::ParseId(victim->job.preempted_by());
-    const JobRecord* preemptor = jobs_.Find(by);
+    const JobRecord* preemptor = model_.jobs.Find(by);
     if (preemptor == nullptr || preemptor->job.state() != v1::PENDING) continue;
     absl::Time& until = preempting_[by];
     until = std::max(until,
                      now_mono + GraceOf(*victim) + opts_.heartbeat_timeout);
   }
-  for (auto& e : state.events) {
-    JobRecord* rec = jobs_.Find(e.job_id());
-    if (rec == nullptr) continue;
-    rec->committed_event_seq = e.seq();
-    rec->events.push_back(std::move(e));
-  }
-  queues_.clear();
   policies_.clear();
-  for (auto& q : state.queues) {
-    const std::string name = q.spec().name();
-    SetPolicy(q.spec());
-    queues_[name] = std::move(q);
-  }
-  queue_changes_.assign(state.queue_changes.begin(),
-                        state.queue_changes.end());
-  next_queue_change_seq_ =
-      queue_changes_.empty() ? 1 : queue_changes_.back().seq() + 1;
-  queue_usage_.clear();
-  user_usage_.clear();
-  for (const auto& u : state.usage) {
-    scheduler::DecayedUsage& d =
-        u.user.empty() ? queue_usage_[u.queue] : user_usage_[{u.queue, u.user}];
-    d.value = u.gpu_seconds;
-    d.as_of = u.as_of;
-    // Decayed for the time it was stored (the wall clock is the only one
-    // that spans a restart), then on the monotonic clock from here on.
-    d.value = d.At(now_wall, opts_.priority_weights.half_life);
-    d.as_of = now_wall;
-  }
+  for (const auto& [name, q] : model_.queues) SetPolicy(q.spec());
   last_accrual_mono_ = absl::InfinitePast();
   shares_cache_mono_ = absl::InfinitePast();
   capacity_freed_ = true;
@@ -356,7 +231,7 @@ bool Controller::TickLocked(scheduler::ClusterSnapshot* snapshot,
   }
   if (now >= next_periodic_pass_mono_) {
     next_periodic_pass_mono_ = now + opts_.periodic_pass;
-    if (!jobs_.pending().empty() || AnyElasticShort()) {
+    if (!model_.jobs.pending().empty() || AnyElasticShort()) {
       capacity_freed_ = true;
       pass_needed_ = true;
     }
@@ -381,7 +256,7 @@ void Controller::ProcessDisconnects() {
     gone.swap(disconnects_);
   }
   for (const auto& [name, conn] : gone) {
-    NodeRecord* node = nodes_.Find(name);
+    NodeRecord* node = model_.nodes.Find(name);
     if (node == nullptr || node->conn != conn) continue;
     node->conn.reset();
     pass_needed_ = true;
@@ -398,11 +273,11 @@ void Controller::CheckLiveness() {
     Log(absl::StrCat("the scheduler itself did not run for ",
                      HumanDuration(gap),
                      "; no node is counted silent for that time"));
-    for (auto& [name, node] : nodes_.all()) node.last_heartbeat_mono += gap;
+    for (auto& [name, node] : model_.nodes.all()) node.last_heartbeat_mono += gap;
   }
   last_tick_mono_ = now;
   const std::vector<NodeRecord*> silent =
-      nodes_.Silent(now, opts_.heartbeat_timeout);
+      model_.nodes.Silent(now, opts_.heartbeat_timeout);
   if (silent.empty()) {
     if (brake_since_ != absl::InfinitePast()) {
       Log("the silent nodes are back; nodes are counted lost again when "
@@ -418,7 +293,7 @@ void Controller::CheckLiveness() {
   // "At once": nodes a heartbeat apart pass the timeout a tick apart, so
   // those silent for half of it count with the silent ones.
   size_t fleet = 0, quiet = 0;
-  for (const auto& [name, node] : nodes_.all()) {
+  for (const auto& [name, node] : model_.nodes.all()) {
     if (node.lost) continue;
     ++fleet;
     quiet += now - node.last_heartbeat_mono > opts_.heartbeat_timeout / 2;
@@ -453,9 +328,9 @@ void Controller::CheckLiveness() {
 
 void Controller::CheckTimeLimits() {
   const absl::Time now = clock_->MonotonicNow();
-  std::vector<int64_t> active(jobs_.active().begin(), jobs_.active().end());
+  std::vector<int64_t> active(model_.jobs.active().begin(), model_.jobs.active().end());
   for (int64_t id : active) {
-    JobRecord* rec = jobs_.Find(id);
+    JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr || rec->stopping) continue;
     absl::Duration limit = FromProto(rec->job.spec().time_limit());
     if (limit <= absl::ZeroDuration()) continue;
@@ -463,7 +338,7 @@ void Controller::CheckTimeLimits() {
       // Ranks that exited before the limit count, output or not.
       if (!rec->parked_exits.empty()) {
         SettleExits(id, /*now=*/true);
-        rec = jobs_.Find(id);
+        rec = model_.jobs.Find(id);
         if (rec == nullptr || rec->stopping ||
             !state::JobTable::IsActive(rec->job.state())) {
           continue;
@@ -480,7 +355,7 @@ void Controller::CheckTimeLimits() {
 void Controller::RunRetention() {
   std::vector<FinishedJob> finished;
   int64_t running_bytes = 0;
-  for (const auto& [id, rec] : jobs_.all()) {
+  for (const auto& [id, rec] : model_.jobs.all()) {
     if (!state::JobTable::IsTerminal(rec.job.state())) {
       running_bytes += rec.log_bytes;
       continue;
@@ -494,7 +369,7 @@ void Controller::RunRetention() {
     if (auto dep = dependents_.find(id); dep != dependents_.end()) {
       const bool named = std::any_of(
           dep->second.begin(), dep->second.end(), [&](int64_t d) {
-            const JobRecord* r = jobs_.Find(d);
+            const JobRecord* r = model_.jobs.Find(d);
             return r != nullptr && !state::JobTable::IsTerminal(r->job.state());
           });
       if (named) continue;
@@ -508,88 +383,95 @@ void Controller::RunRetention() {
   Log(absl::StrCat("retention: forgetting ", prunes.delete_jobs.size(),
                    " finished jobs and the output of ",
                    prunes.delete_logs.size(), " more"));
-  Commit(
-      [prunes](store::Tx& tx) {
-        for (int64_t id : prunes.delete_jobs) RETURN_IF_ERROR(tx.DeleteJob(id));
-        for (int64_t id : prunes.delete_logs) RETURN_IF_ERROR(tx.DeleteLogs(id));
-        return absl::OkStatus();
-      },
-      [this, prunes] {
-        absl::MutexLock lock(&mu_);
-        for (int64_t id : prunes.delete_jobs) jobs_.Erase(id);
-        for (int64_t id : prunes.delete_logs) {
-          if (JobRecord* rec = jobs_.Find(id)) rec->log_bytes = 0;
-        }
-      });
+  Effects effects;
+  for (int64_t id : prunes.delete_jobs) {
+    effects.changes.push_back(store::change::DeleteJob{id});
+  }
+  for (int64_t id : prunes.delete_logs) {
+    effects.changes.push_back(store::change::DeleteLogs{id});
+  }
+  effects.then = [this, prunes] {
+    absl::MutexLock lock(&mu_);
+    for (int64_t id : prunes.delete_jobs) model_.jobs.Erase(id);
+    for (int64_t id : prunes.delete_logs) {
+      if (JobRecord* rec = model_.jobs.Find(id)) rec->log_bytes = 0;
+    }
+  };
+  Apply(std::move(effects));
+}
+
+void SendAll(const Sends& sends) {
+  for (const auto& [conn, msg] : sends) conn->Send(msg);
 }
 
 void Controller::SendAfterCommits(Sends sends) {
   if (sends.empty()) return;
-  Commit([](store::Tx&) { return absl::OkStatus(); },
-         [sends = std::move(sends)] {
-           for (const auto& [conn, msg] : sends) conn->Send(msg);
-         });
+  Effects effects;
+  effects.sends = std::move(sends);
+  Apply(std::move(effects));
 }
 
 // --- commits and degraded mode ---------------------------------------------
 
-void Controller::Commit(store::Store::WriteFn write,
-                        std::function<void()> effects,
-                        std::function<void(absl::Status)> answer) {
+void Controller::Apply(Effects effects) {
   const uint64_t generation = generation_;
-  store_->Write(std::move(write), [this, generation,
-                                   effects = std::move(effects),
-                                   answer = std::move(answer)](
-                                      absl::Status st) {
-    if (!st.ok()) {
-      EnterDegraded(st);
-      if (answer) {
-        answer(absl::UnavailableError(absl::StrCat(
-            "the scheduler could not record the change (", st.message(),
-            "); nothing was changed; retry once the scheduler takes writes "
-            "again")));
-      }
-      return;
-    }
-    bool current;
-    {
-      absl::MutexLock lock(&mu_);
-      current = generation == generation_;
-    }
-    if (current && effects) effects();
-    if (answer) answer(absl::OkStatus());
-  });
-}
-
-void Controller::CommitJob(JobRecord* rec, std::vector<v1::JobEvent> events,
-                           store::Store::WriteFn extra,
-                           std::function<void()> effects,
-                           std::function<void(absl::Status)> answer) {
-  auto snapshot = std::make_shared<const v1::Job>(rec->job);
-  int64_t last_seq = events.empty() ? 0 : events.back().seq();
-  const int64_t id = rec->id;
-  Commit(
-      [snapshot, events = std::move(events),
-       extra = std::move(extra)](store::Tx& tx) {
-        RETURN_IF_ERROR(tx.PutJob(*snapshot));
-        for (const auto& e : events) RETURN_IF_ERROR(tx.AddEvent(e));
-        if (extra) return extra(tx);
-        return absl::OkStatus();
-      },
-      [this, id, snapshot, last_seq, effects = std::move(effects)] {
+  auto changes =
+      std::make_shared<const store::Changes>(std::move(effects.changes));
+  store_->Write(
+      [changes](store::Tx& tx) { return store::WriteChanges(*changes, tx); },
+      [this, generation, then = std::move(effects.then),
+       sends = std::move(effects.sends),
+       answer = std::move(effects.answer)](absl::Status st) {
+        if (!st.ok()) {
+          EnterDegraded(st);
+          if (answer) {
+            answer(absl::UnavailableError(absl::StrCat(
+                "the scheduler could not record the change (", st.message(),
+                "); nothing was changed; retry once the scheduler takes "
+                "writes again")));
+          }
+          return;
+        }
+        bool current;
         {
           absl::MutexLock lock(&mu_);
-          JobRecord* rec = jobs_.Find(id);
-          if (rec != nullptr) {
-            rec->committed = snapshot;
-            rec->committed_event_seq =
-                std::max(rec->committed_event_seq, last_seq);
-          }
+          current = generation == generation_;
         }
-        NotifyListeners(snapshot->id());
-        if (effects) effects();
-      },
-      std::move(answer));
+        if (current) {
+          if (then) then();
+          SendAll(sends);
+        }
+        if (answer) answer(absl::OkStatus());
+      });
+}
+
+Effects Controller::JobEffects(JobRecord* rec, std::vector<v1::JobEvent> events,
+                               std::function<void()> then,
+                               std::function<void(absl::Status)> answer) {
+  auto snapshot = std::make_shared<const v1::Job>(rec->job);
+  const int64_t last_seq = events.empty() ? 0 : events.back().seq();
+  const int64_t id = rec->id;
+  Effects effects;
+  effects.changes.reserve(1 + events.size());
+  effects.changes.push_back(store::change::PutJob{snapshot});
+  for (auto& e : events) {
+    effects.changes.push_back(store::change::AddEvent{std::move(e)});
+  }
+  effects.then = [this, id, snapshot, last_seq, then = std::move(then)] {
+    {
+      absl::MutexLock lock(&mu_);
+      JobRecord* rec = model_.jobs.Find(id);
+      if (rec != nullptr) {
+        rec->committed = snapshot;
+        rec->committed_event_seq =
+            std::max(rec->committed_event_seq, last_seq);
+      }
+    }
+    NotifyListeners(snapshot->id());
+    if (then) then();
+  };
+  effects.answer = std::move(answer);
+  return effects;
 }
 
 void Controller::EnterDegraded(const absl::Status& why) {
@@ -643,7 +525,7 @@ void Controller::Reload() {
     ++generation_;
     degraded_ = false;
     degraded_reason_.clear();
-    for (auto& [name, node] : nodes_.all()) {
+    for (auto& [name, node] : model_.nodes.all()) {
       if (node.conn) conns.push_back(node.conn);
       node.conn.reset();
     }

@@ -45,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/control/effects.h"
 #include "server/control/rendezvous.h"
 #include "server/control/retention.h"
 #include "server/scheduler/placement.h"
@@ -53,6 +54,7 @@
 #include "server/state/job_table.h"
 #include "server/state/submit_quota.h"
 #include "server/state/ledger.h"
+#include "server/state/model.h"
 #include "server/state/node_table.h"
 #include "server/state/ports.h"
 #include "server/store/store.h"
@@ -286,10 +288,6 @@ class Controller {
  private:
   using JobRecord = state::JobRecord;
   using NodeRecord = state::NodeRecord;
-  // Messages to send once a write has committed.
-  using Sends =
-      std::vector<std::pair<std::shared_ptr<AgentConnection>,
-                            v1::SchedulerMessage>>;
 
   // --- the loop (controller.cc; the pass's snapshot and decisions in
   // pass.cc) ---
@@ -336,19 +334,19 @@ class Controller {
   void LoadModel(store::StoredState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- commits and degraded mode (controller.cc) ---
-  // Queues `write`; once it commits, runs `effects` (lock not held) unless
-  // a write failed in between (the model is then rebuilt from the store,
-  // which has this write in it). A failure enters degraded mode. `answer`,
-  // for a caller waiting on the write, runs in every case: OK once
-  // committed, else the error.
-  void Commit(store::Store::WriteFn write, std::function<void()> effects,
-              std::function<void(absl::Status)> answer = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the job's working state and `events` (and `extra`), then marks
-  // them committed, notifies watchers and runs `effects` (and `answer`).
-  void CommitJob(JobRecord* rec, std::vector<v1::JobEvent> events,
-                 store::Store::WriteFn extra, std::function<void()> effects,
-                 std::function<void(absl::Status)> answer = nullptr)
+  // The one door for state changes (effects.h): queues the effects'
+  // changes; once they commit, runs `then` and sends `sends` (lock not
+  // held) unless a write failed in between (the model is then rebuilt from
+  // the store, which has these changes in it). A failure enters degraded
+  // mode. `answer` runs in every case: OK once committed, else the error.
+  // The only caller of store_->Write.
+  void Apply(Effects effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Effects that store the job's working state and `events` (the caller
+  // adds more changes), then mark them committed and notify the job's
+  // watchers before the caller's `then`.
+  Effects JobEffects(JobRecord* rec, std::vector<v1::JobEvent> events,
+                     std::function<void()> then = nullptr,
+                     std::function<void(absl::Status)> answer = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterDegraded(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   void Probe() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -376,7 +374,7 @@ class Controller {
                    bool preempted = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the job in a final state, stopping its ranks after the commit;
-  // `answer` as for Commit.
+  // `answer` as for Apply.
   void EndJob(JobRecord* rec, v1::JobState to, const std::string& reason,
               std::function<void(absl::Status)> answer = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -454,7 +452,9 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleMetrics(NodeRecord* node, const v1::TrainMetrics& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the node's row; `answer` as for Commit.
+  // The node's row as the store keeps it (a drain on its way included).
+  static store::StoredNode StoredNodeOf(const NodeRecord& node);
+  // Writes the node's row; `answer` as for Apply.
   void PersistNode(const NodeRecord& node,
                    std::function<void(absl::Status)> answer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -543,10 +543,16 @@ class Controller {
   double EffectiveOf(const JobRecord& rec, double fair_share_factor,
                      absl::Time wall_now, double* age_factor = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records the queue change in the model and queues its write.
+  // Writes the queue change; the model takes it once it is on disk.
   void ChangeQueue(const std::string& by, const std::string& action,
                    v1::Queue queue, std::function<void(absl::Status)> answer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // While a change to queue `name` is being written: keeps `retry` to run
+  // after it (OK), or refuses when too many wait already.
+  absl::Status WaitForQueueWrite(const std::string& name,
+                                 std::function<void()> retry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kMaxQueueChangesWaiting = 64;
   void SetPolicy(const v1::QueueSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   store::Store* const store_;
@@ -555,10 +561,8 @@ class Controller {
   Rendezvous rendezvous_;
 
   absl::Mutex mu_;
-  state::JobTable jobs_ ABSL_GUARDED_BY(mu_);
-  state::NodeTable nodes_ ABSL_GUARDED_BY(mu_);
-  state::ResourceLedger ledger_ ABSL_GUARDED_BY(mu_);
-  state::MasterPorts ports_ ABSL_GUARDED_BY(mu_);
+  // Everything the store persists, in memory (state/model.h).
+  state::Model model_ ABSL_GUARDED_BY(mu_);
   // Submits whose write has not committed yet.
   std::set<int64_t> uncommitted_ ABSL_GUARDED_BY(mu_);
   // Jobs with exits waiting for their output (JobRecord::parked_exits).
@@ -621,6 +625,8 @@ class Controller {
   std::map<int64_t, absl::Time> estimates_ ABSL_GUARDED_BY(mu_);
   // A dry run's pass is being computed (one at a time).
   bool dry_run_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // Numbers drains and resumes (NodeRecord::drain_writing).
+  uint64_t drain_writes_ ABSL_GUARDED_BY(mu_) = 0;
   // Decisions::fragmented_gpus of the last full pass (0 when none waited).
   int64_t fragmented_gpus_ ABSL_GUARDED_BY(mu_) = 0;
   // Job id -> the ids of jobs whose after_ok names it; pruned by retention
@@ -628,18 +634,13 @@ class Controller {
   std::map<int64_t, std::vector<int64_t>> dependents_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> wake_work_ ABSL_GUARDED_BY(mu_);
   bool waking_ ABSL_GUARDED_BY(mu_) = false;
-  // Defined queues by name, the policies the core checks (queues with
-  // quotas or per-user limits), the latest changes (oldest first).
-  std::map<std::string, v1::Queue> queues_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, scheduler::QueuePolicy> policies_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::QueueChange> queue_changes_ ABSL_GUARDED_BY(mu_);
-  int64_t next_queue_change_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  // Decayed GPU-seconds (as of wall-clock times) per queue and per (queue,
-  // user).
-  std::map<std::string, scheduler::DecayedUsage> queue_usage_
+  // Queues with a change being written, and the changes waiting for it.
+  std::set<std::string> queue_writes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<std::function<void()>>> queue_waiting_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, std::string>, scheduler::DecayedUsage>
-      user_usage_ ABSL_GUARDED_BY(mu_);
+  // The policies the core checks (of queues with quotas or per-user
+  // limits), derived from model_.queues.
+  std::map<std::string, scheduler::QueuePolicy> policies_ ABSL_GUARDED_BY(mu_);
   absl::Time last_accrual_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   ShareInputs shares_cache_ ABSL_GUARDED_BY(mu_);
   absl::Time shares_cache_mono_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

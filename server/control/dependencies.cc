@@ -13,7 +13,7 @@ namespace xl::control {
 
 absl::Status Controller::CheckDependencies(const v1::JobSpec& spec) {
   for (int i = 0; i < spec.after_ok_size(); ++i) {
-    const JobRecord* dep = jobs_.Find(spec.after_ok(i));
+    const JobRecord* dep = model_.jobs.Find(spec.after_ok(i));
     if (dep == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "after_ok[", i, "]: job ", spec.after_ok(i),
@@ -48,7 +48,7 @@ void Controller::WakeDependents(const JobRecord& ended) {
     wake_work_.pop_back();
     auto it = dependents_.find(id);
     if (it == dependents_.end()) continue;
-    const JobRecord* done = jobs_.Find(id);
+    const JobRecord* done = model_.jobs.Find(id);
     const bool succeeded =
         done != nullptr && done->job.state() == v1::SUCCEEDED;
     // After a success the entry stays (retention keeps the job while a
@@ -56,7 +56,7 @@ void Controller::WakeDependents(const JobRecord& ended) {
     std::vector<int64_t> waiting = it->second;
     if (!succeeded) dependents_.erase(it);
     for (int64_t dependent : waiting) {
-      JobRecord* rec = jobs_.Find(dependent);
+      JobRecord* rec = model_.jobs.Find(dependent);
       if (rec == nullptr || rec->job.state() != v1::PENDING) continue;
       if (succeeded) {
         // Looked at by the next pass (a pass over new jobs suffices).
@@ -77,7 +77,7 @@ std::string Controller::DependencyWait(const JobRecord& rec,
   // One that can never succeed decides, wherever it is in the list.
   std::string waits;
   for (const std::string& id : rec.job.spec().after_ok()) {
-    const JobRecord* dep = jobs_.Find(id);
+    const JobRecord* dep = model_.jobs.Find(id);
     const v1::JobState st =
         dep == nullptr ? v1::JOB_STATE_UNSPECIFIED : dep->job.state();
     if (st == v1::SUCCEEDED) continue;

@@ -40,20 +40,20 @@ int64_t Controller::TrimFor(JobRecord* rec, int64_t adding) {
   rec->trim_in_flight += trim;
   if (!rec->output_trimmed) {
     rec->output_trimmed = true;
-    v1::JobEvent e = jobs_.Note(
+    v1::JobEvent e = model_.jobs.Note(
         rec,
         absl::StrCat("its output passed its budget of ", HumanBytes(budget),
                      " (--max-output-bytes-per-job): the oldest logs and "
                      "metrics are dropped as new output comes"),
         clock_->Now());
-    CommitJob(rec, {e}, nullptr, nullptr);
+    Apply(JobEffects(rec, {e}));
   }
   return trim;
 }
 
 void Controller::Trimmed(int64_t id, int64_t asked,
                          const store::Tx::Trimmed& trimmed) {
-  JobRecord* rec = jobs_.Find(id);
+  JobRecord* rec = model_.jobs.Find(id);
   if (rec == nullptr) return;
   rec->trim_in_flight -= asked;
   rec->log_bytes = std::max<int64_t>(0, rec->log_bytes - trimmed.log_bytes);
@@ -68,7 +68,7 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
   v1::SchedulerMessage ack;
   ack.mutable_log_ack()->set_seq(msg.seq());
   const v1::LogChunk& log = msg.log();
-  JobRecord* rec = jobs_.Find(log.job_id());
+  JobRecord* rec = model_.jobs.Find(log.job_id());
   if (rec == nullptr ||
       !RankWasOnNode(*node, *rec, log.attempt(), log.rank())) {
     // Not a rank of this node: dropped (acknowledged, so it is not resent).
@@ -85,54 +85,49 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
   const int64_t trim = TrimFor(rec, 0);
   auto trimmed = std::make_shared<store::Tx::Trimmed>();
   std::weak_ptr<AgentConnection> weak = node->conn;
-  const uint64_t generation = generation_;
-  store_->Write(
-      [chunk, id, trim, trimmed](store::Tx& tx) -> absl::Status {
-        if (trim > 0) {
-          ASSIGN_OR_RETURN(*trimmed, tx.TrimOutput(id, trim));
-        }
-        return tx.AppendLog(chunk.get());
-      },
-      [this, id, weak, ack, chunk, generation, size, trim,
-       trimmed](absl::Status st) {
-        auto conn = weak.lock();
-        if (!st.ok()) {
-          EnterDegraded(st);
-          // Unstored: end the stream, so that the agent sends it again on
-          // its next connection.
-          if (conn) {
-            conn->Close(absl::StrCat("storing output failed: ", st.message()));
+  Effects effects;
+  if (trim > 0) {
+    effects.changes.push_back(store::change::TrimOutput{id, trim, trimmed});
+  }
+  effects.changes.push_back(store::change::AppendLog{chunk});
+  effects.then = [this, id, weak, ack, chunk, size, trim, trimmed] {
+    {
+      absl::MutexLock lock(&mu_);
+      if (JobRecord* rec = model_.jobs.Find(id); rec != nullptr) {
+        // A chunk sent again is stored once: it weighs nothing more.
+        if (chunk->seq() == 0) rec->log_bytes -= size;
+        Trimmed(id, trim, *trimmed);
+        // How far the rank's output is stored (a chunk sent again is
+        // stored once, but counts here too).
+        if (chunk->end_offset() > 0 &&
+            chunk->attempt() >= rec->log_ends_attempt) {
+          if (chunk->attempt() > rec->log_ends_attempt) {
+            rec->log_ends.clear();
+            rec->log_ends_attempt = chunk->attempt();
           }
-          return;
+          int64_t& end = rec->log_ends[{chunk->rank(), chunk->stream()}];
+          end = std::max(end, chunk->end_offset());
+          if (!rec->parked_exits.empty()) SettleExits(id);
         }
-        {
-          absl::MutexLock lock(&mu_);
-          if (generation != generation_) return;  // resent after the reload
-          if (JobRecord* rec = jobs_.Find(id); rec != nullptr) {
-            // A chunk sent again is stored once: it weighs nothing more.
-            if (chunk->seq() == 0) rec->log_bytes -= size;
-            Trimmed(id, trim, *trimmed);
-            // How far the rank's output is stored (a chunk sent again is
-            // stored once, but counts here too).
-            if (chunk->end_offset() > 0 &&
-                chunk->attempt() >= rec->log_ends_attempt) {
-              if (chunk->attempt() > rec->log_ends_attempt) {
-                rec->log_ends.clear();
-                rec->log_ends_attempt = chunk->attempt();
-              }
-              int64_t& end = rec->log_ends[{chunk->rank(), chunk->stream()}];
-              end = std::max(end, chunk->end_offset());
-              if (!rec->parked_exits.empty()) SettleExits(id);
-            }
-          }
-        }
-        if (conn && ack.log_ack().seq() != 0) conn->Send(ack);
-        if (chunk->seq() != 0) NotifyListeners(chunk->job_id());
-      });
+      }
+    }
+    auto conn = weak.lock();
+    if (conn && ack.log_ack().seq() != 0) conn->Send(ack);
+    if (chunk->seq() != 0) NotifyListeners(chunk->job_id());
+  };
+  effects.answer = [weak](absl::Status st) {
+    if (st.ok()) return;
+    // Unstored: end the stream, so that the agent sends it again on its
+    // next connection.
+    if (auto conn = weak.lock()) {
+      conn->Close(absl::StrCat("storing output failed: ", st.message()));
+    }
+  };
+  Apply(std::move(effects));
 }
 
 void Controller::HandleMetrics(NodeRecord* node, const v1::TrainMetrics& m) {
-  JobRecord* rec = jobs_.Find(m.job_id());
+  JobRecord* rec = model_.jobs.Find(m.job_id());
   if (rec == nullptr || rec->job.attempt() != m.attempt() ||
       !state::JobTable::IsActive(rec->job.state()) || m.rank() != 0 ||
       !RankWasOnNode(*node, *rec, m.attempt(), m.rank())) {
@@ -169,17 +164,16 @@ void Controller::StoreMetrics(JobRecord* rec) {
   const int64_t trim = TrimFor(rec, 0);
   const int64_t id = rec->id;
   auto trimmed = std::make_shared<store::Tx::Trimmed>();
-  Commit(
-      [point, id, trim, trimmed](store::Tx& tx) -> absl::Status {
-        if (trim > 0) {
-          ASSIGN_OR_RETURN(*trimmed, tx.TrimOutput(id, trim));
-        }
-        return tx.AppendMetrics(*point);
-      },
-      [this, id, trim, trimmed] {
-        absl::MutexLock lock(&mu_);
-        Trimmed(id, trim, *trimmed);
-      });
+  Effects effects;
+  if (trim > 0) {
+    effects.changes.push_back(store::change::TrimOutput{id, trim, trimmed});
+  }
+  effects.changes.push_back(store::change::AppendMetrics{std::move(point)});
+  effects.then = [this, id, trim, trimmed] {
+    absl::MutexLock lock(&mu_);
+    Trimmed(id, trim, *trimmed);
+  };
+  Apply(std::move(effects));
 }
 
 void Controller::StoreDueMetrics() {
@@ -187,14 +181,14 @@ void Controller::StoreDueMetrics() {
   const absl::Time now = clock_->MonotonicNow();
   std::vector<int64_t> due;
   for (int64_t id : metrics_due_) {
-    const JobRecord* rec = jobs_.Find(id);
+    const JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr || rec->metrics_unstored == nullptr ||
         now - rec->metrics_stored_mono >= absl::Seconds(1)) {
       due.push_back(id);
     }
   }
   for (int64_t id : due) {
-    if (JobRecord* rec = jobs_.Find(id)) {
+    if (JobRecord* rec = model_.jobs.Find(id)) {
       StoreMetrics(rec);
     } else {
       metrics_due_.erase(id);

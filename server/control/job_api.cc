@@ -112,14 +112,12 @@ void Controller::Submit(
   const int64_t spec_bytes = state::JobTable::SpecBytes(spec);
   auto rec = std::make_shared<JobRecord>();
   absl::Status refused;
-  uint64_t generation = 0;
   {
     absl::MutexLock lock(&mu_);
-    generation = generation_;
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
-    } else if (!key.empty() && jobs_.keys().count(scoped_key) > 0) {
-      const int64_t id = jobs_.keys()[scoped_key];
+    } else if (!key.empty() && model_.jobs.keys().count(scoped_key) > 0) {
+      const int64_t id = model_.jobs.keys()[scoped_key];
       v1::SubmitJobResponse resp;
       resp.set_job_id(absl::StrCat(id));
       resp.set_created(false);
@@ -130,21 +128,22 @@ void Controller::Submit(
         return;
       }
       // The first submit is still committing: answer after it.
-      store_->Write([](store::Tx&) { return absl::OkStatus(); },
-                    [this, id, resp, done](absl::Status st) {
-                      bool exists;
-                      {
-                        absl::MutexLock lock(&mu_);
-                        exists = jobs_.Find(id) != nullptr;
-                      }
-                      if (st.ok() && exists) {
-                        done(resp);
-                      } else {
-                        done(absl::UnavailableError(
-                            "the first submit with this idempotency key "
-                            "failed; retry the call"));
-                      }
-                    });
+      Effects effects;
+      effects.answer = [this, id, resp, done](absl::Status st) {
+        bool exists;
+        {
+          absl::MutexLock lock(&mu_);
+          exists = model_.jobs.Find(id) != nullptr;
+        }
+        if (st.ok() && exists) {
+          done(resp);
+        } else {
+          done(absl::UnavailableError(
+              "the first submit with this idempotency key failed; retry the "
+              "call"));
+        }
+      };
+      Apply(std::move(effects));
       return;
     } else if (absl::Status d = CheckDependencies(spec); !d.ok()) {
       refused = std::move(d);
@@ -152,12 +151,12 @@ void Controller::Submit(
       refused = std::move(q);
     } else if (absl::Status q = quota_.AdmitBytes(
                    user,
-                   jobs_.PendingBytesOf(user) + SubmittingBytesOf(user),
+                   model_.jobs.PendingBytesOf(user) + SubmittingBytesOf(user),
                    spec_bytes);
                !q.ok()) {
       refused = std::move(q);
     } else if (absl::Status q = quota_.Admit(
-                   user, jobs_.PendingOf(user) + SubmittingOf(user),
+                   user, model_.jobs.PendingOf(user) + SubmittingOf(user),
                    clock_->MonotonicNow());
                !q.ok()) {
       refused = std::move(q);
@@ -165,7 +164,7 @@ void Controller::Submit(
       ++submitting_[user];
       submitting_bytes_[user] += spec_bytes;
       ++submitting_queue_[{spec.queue(), user}];
-      const int64_t id = jobs_.TakeId();
+      const int64_t id = model_.jobs.TakeId();
       rec->id = id;
       v1::Job& job = rec->job;
       job.set_id(absl::StrCat(id));
@@ -180,7 +179,7 @@ void Controller::Submit(
       job.set_reason("waiting for the next scheduling pass");
       if (plan.parameters() > 0) *job.mutable_plan() = std::move(plan);
       *job.mutable_spec() = std::move(spec);
-      rec->request = jobs_.Intern(job.spec().resources());
+      rec->request = model_.jobs.Intern(job.spec().resources());
       v1::JobEvent e;
       e.set_job_id(job.id());
       e.set_seq(1);
@@ -189,7 +188,7 @@ void Controller::Submit(
       e.set_attempt(1);
       e.set_reason(absl::StrCat("submitted by ", user));
       rec->events.push_back(e);
-      if (!key.empty()) jobs_.keys()[scoped_key] = id;
+      if (!key.empty()) model_.jobs.keys()[scoped_key] = id;
       uncommitted_.insert(id);
     }
   }
@@ -197,58 +196,64 @@ void Controller::Submit(
     done(refused);
     return;
   }
+  const int64_t id = rec->id;
+  const std::string queue = rec->job.spec().queue();
+  auto snapshot = std::make_shared<const v1::Job>(rec->job);
+  // The submit stops counting as in flight exactly once: with the job's
+  // entry into the model, or with the answer when it does not enter (a
+  // failed write, or a reload that read it from the store).
+  auto counted = std::make_shared<bool>(true);
+  Effects effects;
+  effects.changes.push_back(store::change::NoteJobId{id});
+  effects.changes.push_back(store::change::PutJob{snapshot});
+  effects.changes.push_back(store::change::AddEvent{rec->events[0]});
+  effects.then = [this, rec, id, queue, user, spec_bytes, snapshot, counted] {
+    absl::MutexLock lock(&mu_);
+    uncommitted_.erase(id);
+    DoneSubmitting(user, queue, spec_bytes);
+    *counted = false;
+    // After a reload the store already gave the model this job.
+    if (model_.jobs.Find(id) != nullptr) return;
+    rec->committed_event_seq = 1;
+    rec->committed = snapshot;
+    // A user new to the queue changes everyone's share there.
+    if (model_.jobs.pending_by_queue_user().count({queue, user}) == 0) {
+      shares_cache_mono_ = absl::InfinitePast();
+    }
+    NoteDependencies(model_.jobs.Insert(std::move(*rec)));
+    new_pending_.push_back(id);
+    pass_needed_ = true;
+    wake_ = true;
+  };
+  effects.answer = [this, id, queue, key, scoped_key, user, spec_bytes,
+                    counted, done](absl::Status st) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (*counted) {
+        uncommitted_.erase(id);
+        DoneSubmitting(user, queue, spec_bytes);
+        *counted = false;
+      }
+      if (!st.ok() && !key.empty()) {
+        auto it = model_.jobs.keys().find(scoped_key);
+        if (it != model_.jobs.keys().end() && it->second == id) {
+          model_.jobs.keys().erase(it);
+        }
+      }
+    }
+    if (!st.ok()) {
+      done(st);
+      return;
+    }
+    v1::SubmitJobResponse resp;
+    resp.set_job_id(absl::StrCat(id));
+    resp.set_created(true);
+    done(resp);
+  };
   // The job enters the model only once it is on disk: nothing can act on a
   // job that a crash would forget.
-  store_->Write(
-      [rec](store::Tx& tx) {
-        RETURN_IF_ERROR(tx.NoteJobId(rec->id));
-        RETURN_IF_ERROR(tx.PutJob(rec->job));
-        return tx.AddEvent(rec->events[0]);
-      },
-      [this, rec, key, scoped_key, user, generation, spec_bytes,
-       done](absl::Status st) {
-        const int64_t id = rec->id;
-        if (!st.ok()) {
-          EnterDegraded(st);
-          {
-            absl::MutexLock lock(&mu_);
-            uncommitted_.erase(id);
-            DoneSubmitting(user, rec->job.spec().queue(), spec_bytes);
-            auto it = jobs_.keys().find(scoped_key);
-            if (!key.empty() && it != jobs_.keys().end() && it->second == id) {
-              jobs_.keys().erase(it);
-            }
-          }
-          done(absl::UnavailableError(absl::StrCat(
-              "the job was not stored (", st.message(),
-              "); nothing was queued; retry once the scheduler takes writes "
-              "again")));
-          return;
-        }
-        {
-          absl::MutexLock lock(&mu_);
-          uncommitted_.erase(id);
-          DoneSubmitting(user, rec->job.spec().queue(), spec_bytes);
-          // After a reload the store already gave the model this job.
-          if (generation == generation_ && jobs_.Find(id) == nullptr) {
-            rec->committed_event_seq = 1;
-            rec->committed = std::make_shared<const v1::Job>(rec->job);
-            // A user new to the queue changes everyone's share there.
-            if (jobs_.pending_by_queue_user().count(
-                    {rec->job.spec().queue(), user}) == 0) {
-              shares_cache_mono_ = absl::InfinitePast();
-            }
-            NoteDependencies(jobs_.Insert(std::move(*rec)));
-            new_pending_.push_back(id);
-            pass_needed_ = true;
-            wake_ = true;
-          }
-        }
-        v1::SubmitJobResponse resp;
-        resp.set_job_id(absl::StrCat(id));
-        resp.set_created(true);
-        done(resp);
-      });
+  absl::MutexLock lock(&mu_);
+  Apply(std::move(effects));
 }
 
 int64_t Controller::SubmittingOf(const std::string& user) const {
@@ -280,7 +285,7 @@ absl::StatusOr<const state::JobRecord*> Controller::FindJob(
   if (job_id.empty()) {
     return absl::InvalidArgumentError("job_id: required; see xlctl list");
   }
-  const JobRecord* rec = jobs_.Find(job_id);
+  const JobRecord* rec = model_.jobs.Find(job_id);
   if (rec == nullptr) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
   }
@@ -337,7 +342,7 @@ absl::StatusOr<v1::ExplainJobResponse> Controller::ExplainJob(
   std::vector<std::pair<double, const JobRecord*>> ahead;
   int64_t position = 0, pending = 0, gpus = 0;
   std::map<std::pair<std::string, std::string>, double> factors;
-  for (const auto& [key, other] : jobs_.pending()) {
+  for (const auto& [key, other] : model_.jobs.pending()) {
     if (!in_queue(*other)) continue;
     ++pending;
     if (other == rec) continue;
@@ -411,7 +416,7 @@ absl::StatusOr<v1::ListJobsResponse> Controller::ListJobs(
   std::set<int> states(request.states().begin(), request.states().end());
   v1::ListJobsResponse resp;
   absl::MutexLock lock(&mu_);
-  auto& all = jobs_.all();
+  auto& all = model_.jobs.all();
   auto it = all.lower_bound(below);
   while (it != all.begin()) {
     --it;
@@ -441,7 +446,7 @@ void Controller::Cancel(const std::string& user,
   absl::Status error;
   {
     absl::MutexLock lock(&mu_);
-    JobRecord* rec = jobs_.Find(request.job_id());
+    JobRecord* rec = model_.jobs.Find(request.job_id());
     if (rec == nullptr) {
       error = absl::NotFoundError(
           absl::StrCat("job ", request.job_id(), " does not exist"));
@@ -487,7 +492,7 @@ void Controller::SetPriority(const std::string& admin,
   bool unchanged = false;
   {
     absl::MutexLock lock(&mu_);
-    JobRecord* rec = jobs_.Find(request.job_id());
+    JobRecord* rec = model_.jobs.Find(request.job_id());
     if (rec == nullptr) {
       error = absl::NotFoundError(
           absl::StrCat("job ", request.job_id(), " does not exist"));
@@ -507,20 +512,19 @@ void Controller::SetPriority(const std::string& admin,
       if (!request.reason().empty()) {
         absl::StrAppend(&reason, ": ", request.reason());
       }
-      jobs_.SetPriority(rec, request.priority());
-      v1::JobEvent e = jobs_.Note(rec, reason, clock_->Now());
+      model_.jobs.SetPriority(rec, request.priority());
+      v1::JobEvent e = model_.jobs.Note(rec, reason, clock_->Now());
       // It ranks differently from the next pass on.
       pass_needed_ = true;
       wake_ = true;
       const std::string id = rec->job.id();
-      CommitJob(rec, {e}, nullptr, nullptr,
-                [this, id, done](absl::Status st) {
-                  if (!st.ok()) {
-                    done(st);
-                    return;
-                  }
-                  done(GetJob(id));
-                });
+      Apply(JobEffects(rec, {e}, nullptr, [this, id, done](absl::Status st) {
+        if (!st.ok()) {
+          done(st);
+          return;
+        }
+        done(GetJob(id));
+      }));
     }
   }
   if (!error.ok()) {
@@ -534,7 +538,7 @@ v1::GetQueueResponse Controller::GetQueue() {
   v1::GetQueueResponse resp;
   absl::MutexLock lock(&mu_);
   std::map<std::string, v1::QueueSummary> queues;
-  for (const auto& [id, rec] : jobs_.all()) {
+  for (const auto& [id, rec] : model_.jobs.all()) {
     const v1::Job& job = rec.job;
     if (state::JobTable::IsTerminal(job.state())) continue;
     v1::QueueSummary& q = queues[job.spec().queue()];
@@ -553,7 +557,7 @@ v1::GetQueueResponse Controller::GetQueue() {
   }
   for (auto& [name, q] : queues) *resp.add_queues() = q;
   int total = 0, used = 0;
-  for (const auto& [name, node] : nodes_.all()) {
+  for (const auto& [name, node] : model_.nodes.all()) {
     if (node.lost) {
       resp.set_nodes_lost(resp.nodes_lost() + 1);
       continue;
@@ -564,7 +568,7 @@ v1::GetQueueResponse Controller::GetQueue() {
       resp.set_nodes_ready(resp.nodes_ready() + 1);
     }
     total += node.inventory.gpus_size();
-    for (const auto& h : ledger_.Holds(name)) {
+    for (const auto& h : model_.ledger.Holds(name)) {
       used += static_cast<int>(h.share.gpu_indices.size());
     }
   }
@@ -581,7 +585,7 @@ absl::Status Controller::ReadEvents(const std::string& job_id,
                                     std::vector<v1::JobEvent>* out,
                                     bool* finished) {
   absl::MutexLock lock(&mu_);
-  JobRecord* rec = jobs_.Find(job_id);
+  JobRecord* rec = model_.jobs.Find(job_id);
   if (rec == nullptr) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
   }
@@ -601,7 +605,7 @@ absl::Status Controller::ReadEvents(const std::string& job_id,
 absl::Status Controller::JobFinished(const std::string& job_id,
                                      bool* finished) {
   absl::MutexLock lock(&mu_);
-  JobRecord* rec = jobs_.Find(job_id);
+  JobRecord* rec = model_.jobs.Find(job_id);
   if (rec == nullptr) {
     return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
   }
@@ -629,7 +633,7 @@ absl::StatusOr<v1::GetJobMetricsResponse> Controller::GetJobMetrics(
   int64_t id;
   {
     absl::MutexLock lock(&mu_);
-    JobRecord* rec = jobs_.Find(request.job_id());
+    JobRecord* rec = model_.jobs.Find(request.job_id());
     if (rec == nullptr) {
       return absl::NotFoundError(
           absl::StrCat("job ", request.job_id(), " does not exist"));

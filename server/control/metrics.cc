@@ -21,7 +21,7 @@ ModelMetrics Controller::CollectMetrics() {
       pending;
   absl::MutexLock lock(&mu_);
   const absl::Time mono_now = clock_->MonotonicNow();
-  for (const auto& [id, rec] : jobs_.all()) {
+  for (const auto& [id, rec] : model_.jobs.all()) {
     const v1::Job& job = rec.committed ? *rec.committed : rec.job;
     if (uncommitted_.count(id) > 0) continue;  // not accepted yet
     // Both arms views: a ternary of a char array and a std::string would
@@ -61,14 +61,14 @@ ModelMetrics Controller::CollectMetrics() {
   for (const auto& [key, n] : pending) {
     out.pending[{std::string(key.first), key.second}] = n;
   }
-  for (const auto& [name, node] : nodes_.all()) {
+  for (const auto& [name, node] : model_.nodes.all()) {
     if (node.info == nullptr) continue;  // known only from a hold
     const char* state = node.lost ? "LOST" : node.drained ? "DRAINED" : "READY";
     ++out.nodes[state];
     if (node.lost) continue;
     const v1::NodeInventory& inv = node.inventory;
     std::vector<bool> held(inv.gpus_size(), false);
-    for (const auto& h : ledger_.Holds(name)) {
+    for (const auto& h : model_.ledger.Holds(name)) {
       for (int32_t g : h.share.gpu_indices) {
         if (g >= 0 && g < inv.gpus_size()) held[g] = true;
       }

@@ -42,7 +42,7 @@ v1::Node Controller::NodeToProto(const NodeRecord& node) const {
   }
   v1::NodeUsage* u = out.mutable_usage();
   std::set<std::string> jobs;
-  for (const auto& h : ledger_.Holds(node.name)) {
+  for (const auto& h : model_.ledger.Holds(node.name)) {
     for (int32_t g : h.share.gpu_indices) u->add_gpus_in_use(g);
     u->set_cpus_in_use(u->cpus_in_use() + h.share.cpus);
     u->set_memory_bytes_in_use(u->memory_bytes_in_use() +
@@ -69,7 +69,7 @@ absl::StatusOr<v1::ListNodesResponse> Controller::ListNodes(
   limit = std::min(limit, kMaxPage);
   v1::ListNodesResponse resp;
   absl::MutexLock lock(&mu_);
-  const auto& all = nodes_.all();
+  const auto& all = model_.nodes.all();
   // The token is the last name of the previous page.
   auto it = request.page_token().empty() ? all.begin()
                                          : all.upper_bound(request.page_token());
@@ -89,23 +89,31 @@ absl::StatusOr<v1::Node> Controller::GetNode(const std::string& name) {
     return absl::InvalidArgumentError("name: required; see xlctl nodes");
   }
   absl::MutexLock lock(&mu_);
-  const NodeRecord* node = nodes_.Find(name);
+  const NodeRecord* node = model_.nodes.Find(name);
   if (node == nullptr) {
     return absl::NotFoundError(absl::StrCat("node ", name, " is not known"));
   }
   return NodeToProto(*node);
 }
 
-void Controller::PersistNode(const NodeRecord& node,
-                             std::function<void(absl::Status)> answer) {
+store::StoredNode Controller::StoredNodeOf(const NodeRecord& node) {
   store::StoredNode stored;
   stored.name = node.name;
   stored.inventory = node.inventory;
-  stored.drained = node.drained;
-  stored.state_reason = node.drain_reason;
+  stored.drained = node.drain_writing ? node.drain_writing->drained
+                                      : node.drained;
+  stored.state_reason = node.drain_writing ? node.drain_writing->reason
+                                           : node.drain_reason;
   stored.register_time = node.register_time;
-  Commit([stored](store::Tx& tx) { return tx.PutNode(stored); }, nullptr,
-         std::move(answer));
+  return stored;
+}
+
+void Controller::PersistNode(const NodeRecord& node,
+                             std::function<void(absl::Status)> answer) {
+  Effects effects;
+  effects.changes.push_back(store::change::PutNode{StoredNodeOf(node)});
+  effects.answer = std::move(answer);
+  Apply(std::move(effects));
 }
 
 void Controller::SetDrained(
@@ -118,25 +126,42 @@ void Controller::SetDrained(
   absl::Status error;
   {
     absl::MutexLock lock(&mu_);
-    NodeRecord* node = nodes_.Find(name);
+    NodeRecord* node = model_.nodes.Find(name);
     if (node == nullptr) {
       error = absl::NotFoundError(absl::StrCat("node ", name, " is not known"));
     } else if (degraded_) {
       error = absl::UnavailableError(degraded_reason_);
     } else {
-      node->drained = drained;
-      node->drain_reason = drained ? reason : "";
-      node->early_failures.clear();
-      if (!drained) capacity_freed_ = true;
-      pass_needed_ = true;
-      wake_ = true;
-      PersistNode(*node, [this, name, done](absl::Status st) {
+      // The model takes the change once it is on disk: a failed write
+      // leaves the node as every reader saw it.
+      const uint64_t seq = ++drain_writes_;
+      node->drain_writing =
+          NodeRecord::DrainWrite{drained, drained ? reason : "", seq};
+      Effects effects;
+      effects.changes.push_back(store::change::PutNode{StoredNodeOf(*node)});
+      effects.then = [this, name, seq] {
+        absl::MutexLock lock(&mu_);
+        NodeRecord* node = model_.nodes.Find(name);
+        if (node == nullptr || !node->drain_writing ||
+            node->drain_writing->seq != seq) {
+          return;  // a later drain or resume is on its way
+        }
+        node->drained = node->drain_writing->drained;
+        node->drain_reason = node->drain_writing->reason;
+        node->drain_writing.reset();
+        node->early_failures.clear();
+        if (!node->drained) capacity_freed_ = true;
+        pass_needed_ = true;
+        wake_ = true;
+      };
+      effects.answer = [this, name, done](absl::Status st) {
         if (!st.ok()) {
           done(st);
           return;
         }
         done(GetNode(name));
-      });
+      };
+      Apply(std::move(effects));
     }
   }
   if (!error.ok()) done(error);

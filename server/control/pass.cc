@@ -15,8 +15,8 @@
 namespace xl::control {
 
 bool Controller::AnyElasticShort() const {
-  for (int64_t id : jobs_.active()) {
-    const JobRecord* rec = jobs_.Find(id);
+  for (int64_t id : model_.jobs.active()) {
+    const JobRecord* rec = model_.jobs.Find(id);
     if (rec != nullptr && !rec->stopping &&
         rec->job.spec().resources().min_nodes() > 0 &&
         rec->job.allocations_size() < rec->job.spec().resources().nodes()) {
@@ -58,7 +58,7 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
       v1::ResourceRequest relaxed = rec->job.spec().resources();
       relaxed.set_max_switches(0);
       relaxed.clear_max_switches_wait();
-      jobs_.Find(rec->id)->relaxed = jobs_.Intern(relaxed);
+      model_.jobs.Find(rec->id)->relaxed = model_.jobs.Intern(relaxed);
     }
     auto [f, added] =
         factors.emplace(std::make_pair(rec->as_request.queue,
@@ -69,15 +69,15 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   };
   full_pass_ = capacity_freed_;
   if (capacity_freed_) {
-    queue->reserve(jobs_.pending().size());
-    for (const auto& [key, rec] : jobs_.pending()) add(rec);
+    queue->reserve(model_.jobs.pending().size());
+    for (const auto& [key, rec] : model_.jobs.pending()) add(rec);
   } else {
-    for (int64_t id : new_pending_) add(jobs_.Find(id));
+    for (int64_t id : new_pending_) add(model_.jobs.Find(id));
   }
   capacity_freed_ = false;
   new_pending_.clear();
   for (auto& [id, why] : unsatisfiable) {
-    if (JobRecord* rec = jobs_.Find(id)) EndJob(rec, v1::FAILED, why);
+    if (JobRecord* rec = model_.jobs.Find(id)) EndJob(rec, v1::FAILED, why);
   }
   // A full pass with nothing pending still grows elastic jobs.
   const bool grow = full_pass_ && opts_.max_grows > 0 && AnyElasticShort();
@@ -90,7 +90,7 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   // has periodic passes anyway (and a job that outranks it takes free nodes
   // first), and a busy fleet starting many elastic jobs must not add a full
   // pass for each.
-  if (grow && jobs_.pending().empty()) {
+  if (grow && model_.jobs.pending().empty()) {
     for (const scheduler::RunningGang& g : snapshot->running) {
       if (g.min_nodes > 0 && g.request != nullptr &&
           static_cast<int32_t>(g.nodes.size()) < g.request->nodes() &&
@@ -114,7 +114,7 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   // free (a victim requeued above it, say) takes them.
   if (full_pass_) {
     for (auto it = preempt_holds_.begin(); it != preempt_holds_.end();) {
-      const JobRecord* rec = jobs_.Find(it->first);
+      const JobRecord* rec = model_.jobs.Find(it->first);
       if (rec == nullptr || rec->job.state() != v1::PENDING) {
         preempting_.erase(it->first);
         it = preempt_holds_.erase(it);
@@ -131,7 +131,7 @@ bool Controller::BuildSnapshot(scheduler::ClusterSnapshot* snapshot,
   for (auto it = reservations_.begin(); it != reservations_.end();) {
     int64_t id = 0;
     const JobRecord* rec =
-        absl::SimpleAtoi(it->first, &id) ? jobs_.Find(id) : nullptr;
+        absl::SimpleAtoi(it->first, &id) ? model_.jobs.Find(id) : nullptr;
     if (rec == nullptr || rec->job.state() != v1::PENDING) {
       // Its nodes are free for others, and the next job may now get a
       // reservation: the next pass looks at the whole queue.
@@ -157,7 +157,7 @@ void Controller::FullPassQueue(const scheduler::FairShare& fs,
   const absl::Time now = clock_->MonotonicNow();
   const absl::Time wall_now = clock_->Now();
   // Fenced jobs and jobs waiting for their after_ok are not in it.
-  for (const auto& [key, rec] : jobs_.pending()) {
+  for (const auto& [key, rec] : model_.jobs.pending()) {
     if (rec->eligible_mono > now) continue;
     if (rec->job.spec().after_ok_size() > 0) {
       std::string failed;
@@ -189,7 +189,7 @@ void Controller::EstimateStarts() {
   uint64_t generation = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (degraded_ || jobs_.pending().empty() || opts_.estimate_jobs <= 0) {
+    if (degraded_ || model_.jobs.pending().empty() || opts_.estimate_jobs <= 0) {
       estimates_.clear();
       return;
     }
@@ -267,15 +267,15 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
                                  bool shares) const {
   const absl::Time mono_now = clock_->MonotonicNow();
   const absl::Time wall_now = clock_->Now();
-  snapshot->nodes.reserve(nodes_.all().size());
-  for (const auto& [name, node] : nodes_.all()) {
-    const scheduler::NodeCapacity* cap = ledger_.Capacity(name);
+  snapshot->nodes.reserve(model_.nodes.all().size());
+  for (const auto& [name, node] : model_.nodes.all()) {
+    const scheduler::NodeCapacity* cap = model_.ledger.Capacity(name);
     if (cap == nullptr || node.info == nullptr) continue;
     snapshot->nodes.push_back(*cap);
     snapshot->nodes.back().unavailable = state::NodeTable::Unavailable(node);
   }
-  for (int64_t id : jobs_.active()) {
-    const JobRecord* rec = jobs_.Find(id);
+  for (int64_t id : model_.jobs.active()) {
+    const JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr) continue;
     scheduler::RunningGang gang;
     gang.job_id = rec->job.id();
@@ -295,7 +295,7 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
         continue;
       }
       if (const state::Hold* hold =
-              ledger_.FindHold(a.node(), id, rec->job.attempt())) {
+              model_.ledger.FindHold(a.node(), id, rec->job.attempt())) {
         gang.shares.push_back(hold->share);
       }
     }
@@ -332,7 +332,7 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
       // more than it has from a draining node.
       bool nodes_ok = true;
       for (const auto& a : rec->job.allocations()) {
-        const NodeRecord* node = nodes_.Find(a.node());
+        const NodeRecord* node = model_.nodes.Find(a.node());
         nodes_ok &= node != nullptr && node->conn != nullptr &&
                     state::NodeTable::Unavailable(*node).empty();
       }
@@ -345,7 +345,7 @@ void Controller::SnapshotCluster(const scheduler::FairShare& fs,
     ++usage.running_jobs;
     usage.gpus_in_use += gang.gpus;
     if (policies_.count(gang.queue) > 0) {
-      for (const auto& [model, n] : nodes_.GpuModelsOf(rec->job)) {
+      for (const auto& [model, n] : model_.nodes.GpuModelsOf(rec->job)) {
         usage.gpus_by_model[model] += n;
       }
       usage.user_gpus[gang.user] += gang.gpus;
@@ -420,12 +420,12 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
       at_least.set_min_nodes(std::max<int32_t>(
           at_least.min_nodes(),
           static_cast<int32_t>(r->second.reservation.nodes.size())));
-      rec->restart_request = jobs_.Intern(at_least);
+      rec->restart_request = model_.jobs.Intern(at_least);
     }
   };
   for (const scheduler::Preemption& p : decisions.preemptions) {
-    JobRecord* victim = jobs_.Find(p.victim);
-    const JobRecord* preemptor = jobs_.Find(p.for_job);
+    JobRecord* victim = model_.jobs.Find(p.victim);
+    const JobRecord* preemptor = model_.jobs.Find(p.for_job);
     // Either may have ended, been cancelled or stopped while the pass ran.
     if (victim == nullptr || victim->stopping ||
         !state::JobTable::IsActive(victim->job.state()) ||
@@ -457,7 +457,7 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
     }
   }
   for (const scheduler::Grow& g : decisions.grows) {
-    JobRecord* rec = jobs_.Find(g.job_id);
+    JobRecord* rec = model_.jobs.Find(g.job_id);
     // It may have ended, been stopped or changed attempt while the pass
     // ran: grow another time.
     if (rec == nullptr || rec->stopping ||
@@ -479,13 +479,13 @@ void Controller::ApplyDecisions(scheduler::Decisions decisions,
                                   " once its ranks have stopped"));
   }
   for (auto& [job_id, placement] : decisions.starts) {
-    JobRecord* rec = jobs_.Find(job_id);
+    JobRecord* rec = model_.jobs.Find(job_id);
     if (rec == nullptr || rec->job.state() != v1::PENDING) continue;
     // The model moved on while the pass ran (a node left, a rank started
     // elsewhere): check again, and leave the job for the next pass.
-    bool ok = ledger_.Fits(placement);
+    bool ok = model_.ledger.Fits(placement);
     for (const auto& share : placement.shares) {
-      const NodeRecord* node = nodes_.Find(share.node);
+      const NodeRecord* node = model_.nodes.Find(share.node);
       if (node == nullptr || !state::NodeTable::Unavailable(*node).empty()) {
         ok = false;
       }
@@ -533,7 +533,7 @@ void Controller::DryRunJob(
                                   shares.user_usage, shares.active_users);
     // The job's own after_ok: it would wait for them first.
     for (const std::string& dep : spec.after_ok()) {
-      const JobRecord* d = jobs_.Find(dep);
+      const JobRecord* d = model_.jobs.Find(dep);
       if (d != nullptr && d->job.state() != v1::SUCCEEDED) {
         v1::SubmitJobResponse resp;
         resp.mutable_dry_run()->set_reason(absl::StrCat(
@@ -552,7 +552,7 @@ void Controller::DryRunJob(
     scheduler::JobRequest job;
     job.job_id = kId;
     job.priority = spec.priority();
-    job.submit_seq = jobs_.next_id();
+    job.submit_seq = model_.jobs.next_id();
     job.resources = std::make_shared<const v1::ResourceRequest>(
         spec.resources());
     job.queue = spec.queue();

@@ -37,8 +37,8 @@ int64_t GpusOf(const v1::Job& job) {
 }  // namespace
 
 const v1::QueueSpec* Controller::QueueSpecOf(const std::string& name) const {
-  auto it = queues_.find(name);
-  if (it != queues_.end()) return &it->second.spec();
+  auto it = model_.queues.find(name);
+  if (it != model_.queues.end()) return &it->second.spec();
   if (name == scheduler::kDefaultQueue) return &ImplicitDefault();
   return nullptr;
 }
@@ -57,10 +57,10 @@ absl::Status Controller::ApplyQueueToSpec(const scheduler::Submitter& who,
   const v1::QueueSpec* q = QueueSpecOf(spec->queue());
   if (q == nullptr) {
     std::vector<std::string> names;
-    if (queues_.count(scheduler::kDefaultQueue) == 0) {
+    if (model_.queues.count(scheduler::kDefaultQueue) == 0) {
       names.push_back(scheduler::kDefaultQueue);
     }
-    for (const auto& [name, queue] : queues_) names.push_back(name);
+    for (const auto& [name, queue] : model_.queues) names.push_back(name);
     const bool more = names.size() > 20;
     names.resize(std::min<size_t>(names.size(), 20));
     return absl::InvalidArgumentError(absl::StrCat(
@@ -133,7 +133,7 @@ absl::Status Controller::ApplyQueueToSpec(const scheduler::Submitter& who,
     }
   }
   if (q->max_pending_jobs_per_user() > 0) {
-    const auto& pending = jobs_.pending_by_queue_user();
+    const auto& pending = model_.jobs.pending_by_queue_user();
     auto it = pending.find({spec->queue(), user});
     auto in_flight = submitting_queue_.find({spec->queue(), user});
     const int64_t n =
@@ -166,17 +166,17 @@ void Controller::AccrueUsage() {
   const double seconds = absl::ToDoubleSeconds(dt);
   const absl::Duration half_life = opts_.priority_weights.half_life;
   std::map<std::pair<std::string, std::string>, int64_t> gpus;
-  for (int64_t id : jobs_.active()) {
-    const JobRecord* rec = jobs_.Find(id);
+  for (int64_t id : model_.jobs.active()) {
+    const JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr) continue;
     const int64_t n = GpusOf(rec->job);
     if (n > 0) gpus[{rec->job.spec().queue(), rec->job.user()}] += n;
   }
-  for (auto& [queue, u] : queue_usage_) u.Decay(dt, half_life, wall);
-  for (auto& [key, u] : user_usage_) u.Decay(dt, half_life, wall);
+  for (auto& [queue, u] : model_.queue_usage) u.Decay(dt, half_life, wall);
+  for (auto& [key, u] : model_.user_usage) u.Decay(dt, half_life, wall);
   for (const auto& [key, n] : gpus) {
-    scheduler::DecayedUsage& q = queue_usage_[key.first];
-    scheduler::DecayedUsage& u = user_usage_[key];
+    scheduler::DecayedUsage& q = model_.queue_usage[key.first];
+    scheduler::DecayedUsage& u = model_.user_usage[key];
     q.value += n * seconds;
     q.as_of = wall;
     u.value += n * seconds;
@@ -189,29 +189,28 @@ void Controller::AccrueUsage() {
 }
 
 void Controller::StoreUsage() {
-  if (queue_usage_.empty()) return;
+  if (model_.queue_usage.empty()) return;
   // Usage decayed below a GPU-second is forgotten (in memory and on disk),
   // so rows of users and queues long gone do not pile up.
   constexpr double kForgotten = 1.0;
   std::vector<store::StoredUsage> rows;
-  for (auto it = queue_usage_.begin(); it != queue_usage_.end();) {
+  for (auto it = model_.queue_usage.begin(); it != model_.queue_usage.end();) {
     const bool gone = it->second.value < kForgotten;
     rows.push_back({it->first, "", gone ? 0 : it->second.value,
                     it->second.as_of});
-    it = gone ? queue_usage_.erase(it) : std::next(it);
+    it = gone ? model_.queue_usage.erase(it) : std::next(it);
   }
-  for (auto it = user_usage_.begin(); it != user_usage_.end();) {
+  for (auto it = model_.user_usage.begin(); it != model_.user_usage.end();) {
     const bool gone = it->second.value < kForgotten;
     rows.push_back({it->first.first, it->first.second,
                     gone ? 0 : it->second.value, it->second.as_of});
-    it = gone ? user_usage_.erase(it) : std::next(it);
+    it = gone ? model_.user_usage.erase(it) : std::next(it);
   }
-  Commit(
-      [rows = std::move(rows)](store::Tx& tx) {
-        for (const auto& row : rows) RETURN_IF_ERROR(tx.PutUsage(row));
-        return absl::OkStatus();
-      },
-      nullptr);
+  Effects effects;
+  for (auto& row : rows) {
+    effects.changes.push_back(store::change::PutUsage{std::move(row)});
+  }
+  Apply(std::move(effects));
 }
 
 const Controller::ShareInputs& Controller::Shares() {
@@ -227,7 +226,7 @@ const Controller::ShareInputs& Controller::Shares() {
 
 Controller::ShareInputs Controller::CollectShares() const {
   ShareInputs in;
-  for (const auto& [name, queue] : queues_) {
+  for (const auto& [name, queue] : model_.queues) {
     in.weights[name] = queue.spec().weight() > 0 ? queue.spec().weight() : 1;
   }
   if (in.weights.count(scheduler::kDefaultQueue) == 0) {
@@ -235,21 +234,21 @@ Controller::ShareInputs Controller::CollectShares() const {
   }
   const absl::Time wall = clock_->Now();
   const absl::Duration half_life = opts_.priority_weights.half_life;
-  for (const auto& [queue, u] : queue_usage_) {
+  for (const auto& [queue, u] : model_.queue_usage) {
     if (in.weights.count(queue) == 0) continue;
     in.queue_usage[queue] = u.At(wall, half_life);
   }
-  for (const auto& [key, u] : user_usage_) {
+  for (const auto& [key, u] : model_.user_usage) {
     if (in.weights.count(key.first) == 0) continue;
     in.user_usage[key] = u.At(wall, half_life);
   }
   std::set<std::pair<std::string, std::string>> active;
-  for (const auto& [key, n] : jobs_.pending_by_queue_user()) {
+  for (const auto& [key, n] : model_.jobs.pending_by_queue_user()) {
     active.insert(key);
     in.user_pending[key] = n;
   }
-  for (int64_t id : jobs_.active()) {
-    const JobRecord* rec = jobs_.Find(id);
+  for (int64_t id : model_.jobs.active()) {
+    const JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr) continue;
     const std::pair<std::string, std::string> key(rec->job.spec().queue(),
                                                   rec->job.user());
@@ -266,12 +265,12 @@ Controller::ShareInputs Controller::CollectShares() const {
     added |= in.weights.emplace(queue, 1.0).second;
   }
   if (added) {
-    for (const auto& [queue, u] : queue_usage_) {
+    for (const auto& [queue, u] : model_.queue_usage) {
       if (in.weights.count(queue) > 0 && in.queue_usage.count(queue) == 0) {
         in.queue_usage[queue] = u.At(wall, half_life);
       }
     }
-    for (const auto& [key, u] : user_usage_) {
+    for (const auto& [key, u] : model_.user_usage) {
       if (in.weights.count(key.first) > 0 && in.user_usage.count(key) == 0) {
         in.user_usage[key] = u.At(wall, half_life);
       }
@@ -332,7 +331,7 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
                              v1::Queue queue,
                              std::function<void(absl::Status)> answer) {
   v1::QueueChange change;
-  change.set_seq(next_queue_change_seq_++);
+  change.set_seq(model_.next_queue_change_seq++);
   // A queue's version is the seq of its last change: it only ever goes up,
   // also across a delete and a create of the same name.
   if (action != "delete") queue.set_version(change.seq());
@@ -346,36 +345,77 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
   const bool remove = action == "delete";
   std::vector<store::StoredUsage> forget;
   if (remove) {
-    queues_.erase(name);
-    policies_.erase(name);
     // A queue made again later under the name starts with no usage.
-    queue_usage_.erase(name);
     forget.push_back({name, "", 0, clock_->Now()});
-    for (auto it = user_usage_.lower_bound({name, ""});
-         it != user_usage_.end() && it->first.first == name;) {
+    for (auto it = model_.user_usage.lower_bound({name, ""});
+         it != model_.user_usage.end() && it->first.first == name; ++it) {
       forget.push_back({name, it->first.second, 0, clock_->Now()});
-      it = user_usage_.erase(it);
     }
+  }
+  // The model takes the change once it is on disk; until then further
+  // changes to the queue wait (WaitForQueueWrite), so each is checked
+  // against the version before it.
+  queue_writes_.insert(name);
+  Effects effects;
+  if (remove) {
+    effects.changes.push_back(store::change::DeleteQueue{name});
   } else {
-    queues_[name] = queue;
-    SetPolicy(queue.spec());
+    effects.changes.push_back(store::change::PutQueue{queue});
   }
-  queue_changes_.push_back(change);
-  while (queue_changes_.size() > store::kLoadedQueueChanges) {
-    queue_changes_.pop_front();
+  for (auto& row : forget) {
+    effects.changes.push_back(store::change::PutUsage{std::move(row)});
   }
-  // Policies changed: the whole queue is looked at again.
-  capacity_freed_ = true;
-  pass_needed_ = true;
-  shares_cache_mono_ = absl::InfinitePast();
-  Commit(
-      [queue = std::move(queue), change = std::move(change), remove, name,
-       forget = std::move(forget)](store::Tx& tx) {
-        RETURN_IF_ERROR(remove ? tx.DeleteQueue(name) : tx.PutQueue(queue));
-        for (const auto& row : forget) RETURN_IF_ERROR(tx.PutUsage(row));
-        return tx.AddQueueChange(change);
-      },
-      nullptr, std::move(answer));
+  effects.changes.push_back(store::change::AddQueueChange{change});
+  effects.then = [this, name, remove, queue = std::move(queue),
+                  change = std::move(change)] {
+    absl::MutexLock lock(&mu_);
+    if (remove) {
+      model_.queues.erase(name);
+      policies_.erase(name);
+      model_.queue_usage.erase(name);
+      for (auto it = model_.user_usage.lower_bound({name, ""});
+           it != model_.user_usage.end() && it->first.first == name;) {
+        it = model_.user_usage.erase(it);
+      }
+    } else {
+      model_.queues[name] = queue;
+      SetPolicy(queue.spec());
+    }
+    model_.queue_changes.push_back(change);
+    while (model_.queue_changes.size() > store::kLoadedQueueChanges) {
+      model_.queue_changes.pop_front();
+    }
+    // Policies changed: the whole queue is looked at again.
+    capacity_freed_ = true;
+    pass_needed_ = true;
+    shares_cache_mono_ = absl::InfinitePast();
+  };
+  effects.answer = [this, name, answer = std::move(answer)](absl::Status st) {
+    std::vector<std::function<void()>> waiting;
+    {
+      absl::MutexLock lock(&mu_);
+      queue_writes_.erase(name);
+      if (auto it = queue_waiting_.find(name); it != queue_waiting_.end()) {
+        waiting = std::move(it->second);
+        queue_waiting_.erase(it);
+      }
+    }
+    if (answer) answer(st);
+    for (auto& retry : waiting) retry();
+  };
+  Apply(std::move(effects));
+}
+
+absl::Status Controller::WaitForQueueWrite(const std::string& name,
+                                           std::function<void()> retry) {
+  auto& waiting = queue_waiting_[name];
+  if (waiting.size() >= kMaxQueueChangesWaiting) {
+    return absl::UnavailableError(absl::StrCat(
+        "queue ", name, " has ", waiting.size(),
+        " changes waiting to be recorded; retry in a moment"));
+  }
+  waiting.push_back(std::move(retry));
+  return absl::OkStatus();
 }
 
 void Controller::PutQueue(
@@ -389,30 +429,36 @@ void Controller::PutQueue(
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    auto it = queues_.find(spec.name());
-    const int64_t version = it == queues_.end() ? 0 : it->second.version();
+    auto it = model_.queues.find(spec.name());
+    const int64_t version = it == model_.queues.end() ? 0 : it->second.version();
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
-    } else if (it != queues_.end() &&
+    } else if (queue_writes_.count(spec.name()) > 0) {
+      // Checked again once the change being written is in the model.
+      refused = WaitForQueueWrite(
+          spec.name(), [this, user, request, spec, done]() mutable {
+            *request.mutable_spec() = std::move(spec);
+            PutQueue(user, std::move(request), std::move(done));
+          });
+      if (refused.ok()) return;
+    } else if (it != model_.queues.end() &&
                google::protobuf::util::MessageDifferencer::Equals(
                    it->second.spec(), spec)) {
       // Nothing changes (a retry of a change that went through is
       // answered alike): no new version, nothing recorded; answered once
       // the write that made it is on disk.
       v1::Queue same = it->second;
-      store_->Write([](store::Tx&) { return absl::OkStatus(); },
-                    [done, same](absl::Status st) {
-                      if (st.ok()) {
-                        done(same);
-                      } else {
-                        done(absl::UnavailableError(absl::StrCat(
-                            "the queue change was not stored (", st.message(),
-                            "); retry once the scheduler takes writes "
-                            "again")));
-                      }
-                    });
+      Effects effects;
+      effects.answer = [done, same](absl::Status st) {
+        if (st.ok()) {
+          done(same);
+        } else {
+          done(st);
+        }
+      };
+      Apply(std::move(effects));
       return;
-    } else if (request.expected_version() == -1 && it != queues_.end()) {
+    } else if (request.expected_version() == -1 && it != model_.queues.end()) {
       refused = absl::AlreadyExistsError(absl::StrCat(
           "queue ", spec.name(), " exists already (version ", version,
           "); read it (xlctl queue show ", spec.name(),
@@ -427,9 +473,10 @@ void Controller::PutQueue(
       refused = absl::InvalidArgumentError(
           "expected_version: give 0 (any), -1 (only if the queue does not "
           "exist) or the version read");
-    } else if (it == queues_.end() && queues_.size() >= kMaxQueues) {
+    } else if (it == model_.queues.end() &&
+               model_.queues.size() + queue_writes_.size() >= kMaxQueues) {
       refused = absl::ResourceExhaustedError(absl::StrCat(
-          "there are ", queues_.size(), " queues, the most the scheduler "
+          "there are ", model_.queues.size(), " queues, the most the scheduler "
           "keeps; delete unused ones (xlctl queue list) first"));
     } else {
       v1::Queue queue;
@@ -438,8 +485,8 @@ void Controller::PutQueue(
       queue.set_updated_by(user);
       queue.set_defined(true);
       // The version ChangeQueue gives it; the answer is what was written.
-      queue.set_version(next_queue_change_seq_);
-      ChangeQueue(user, it == queues_.end() ? "create" : "update", queue,
+      queue.set_version(model_.next_queue_change_seq);
+      ChangeQueue(user, it == model_.queues.end() ? "create" : "update", queue,
                   [done, queue](absl::Status st) {
                     if (st.ok()) {
                       done(queue);
@@ -458,25 +505,29 @@ void Controller::DeleteQueue(const std::string& user, const std::string& name,
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    auto it = queues_.find(name);
+    auto it = model_.queues.find(name);
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
+    } else if (queue_writes_.count(name) > 0) {
+      refused = WaitForQueueWrite(
+          name, [this, user, name, done] { DeleteQueue(user, name, done); });
+      if (refused.ok()) return;
     } else if (name.empty()) {
       refused = absl::InvalidArgumentError(
           "name: required; xlctl queue list shows the queues");
-    } else if (it == queues_.end()) {
+    } else if (it == model_.queues.end()) {
       refused = absl::NotFoundError(absl::StrCat(
           "queue ", name, " is not defined; xlctl queue list shows the "
           "queues"));
     } else {
       int64_t pending = 0, running = 0;
-      const auto& by = jobs_.pending_by_queue_user();
+      const auto& by = model_.jobs.pending_by_queue_user();
       for (auto p = by.lower_bound({name, ""});
            p != by.end() && p->first.first == name; ++p) {
         pending += p->second;
       }
-      for (int64_t id : jobs_.active()) {
-        const JobRecord* rec = jobs_.Find(id);
+      for (int64_t id : model_.jobs.active()) {
+        const JobRecord* rec = model_.jobs.Find(id);
         if (rec != nullptr && rec->job.spec().queue() == name) ++running;
       }
       // Submits accepted and still being written count as pending.
@@ -516,25 +567,25 @@ absl::StatusOr<v1::Queue> Controller::GetQueueSpec(const std::string& name) {
 absl::StatusOr<v1::ListQueuesResponse> Controller::ListQueues() {
   absl::MutexLock lock(&mu_);
   std::map<std::string, v1::Queue> out;
-  for (const auto& [name, queue] : queues_) out[name] = queue;
+  for (const auto& [name, queue] : model_.queues) out[name] = queue;
   if (out.count(scheduler::kDefaultQueue) == 0) {
     v1::Queue& d = out[scheduler::kDefaultQueue];
     *d.mutable_spec() = ImplicitDefault();
   }
   std::map<std::string, std::map<std::string, int64_t>> by_model, by_user;
-  for (int64_t id : jobs_.active()) {
-    const JobRecord* rec = jobs_.Find(id);
+  for (int64_t id : model_.jobs.active()) {
+    const JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr) continue;
     const std::string& queue = rec->job.spec().queue();
     auto q = out.find(queue);
     if (q == out.end()) continue;
     q->second.set_running_jobs(q->second.running_jobs() + 1);
-    for (const auto& [model, n] : nodes_.GpuModelsOf(rec->job)) {
+    for (const auto& [model, n] : model_.nodes.GpuModelsOf(rec->job)) {
       by_model[queue][model] += n;
       by_user[queue][rec->job.user()] += n;
     }
   }
-  for (const auto& [key, n] : jobs_.pending_by_queue_user()) {
+  for (const auto& [key, n] : model_.jobs.pending_by_queue_user()) {
     auto q = out.find(key.first);
     if (q != out.end()) q->second.set_pending_jobs(q->second.pending_jobs() + n);
   }
@@ -566,8 +617,8 @@ absl::StatusOr<v1::ListQueueChangesResponse> Controller::ListQueueChanges(
   limit = std::min(limit, 1000);
   absl::MutexLock lock(&mu_);
   v1::ListQueueChangesResponse resp;
-  for (auto it = queue_changes_.rbegin();
-       it != queue_changes_.rend() && resp.changes_size() < limit; ++it) {
+  for (auto it = model_.queue_changes.rbegin();
+       it != model_.queue_changes.rend() && resp.changes_size() < limit; ++it) {
     if (!request.queue().empty() && it->queue() != request.queue()) continue;
     *resp.add_changes() = *it;
   }

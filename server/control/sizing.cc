@@ -44,7 +44,7 @@ absl::StatusOr<v1::Plan> Controller::PlanResources(const v1::ModelSpec& model) {
   {
     absl::MutexLock lock(&mu_);
     std::vector<const v1::NodeInventory*> inventories;
-    for (const auto& [name, node] : nodes_.all()) {
+    for (const auto& [name, node] : model_.nodes.all()) {
       if (!node.lost) inventories.push_back(&node.inventory);
     }
     fleet = FleetOf(inventories);

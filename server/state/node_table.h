@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -31,6 +32,15 @@ struct NodeRecord {
   std::string address;
   bool drained = false;
   std::string drain_reason;
+  // A drain or resume a caller asked for whose write has not committed:
+  // the model takes it only once it is on disk, and a row written in the
+  // meantime carries it (it is the latest word).
+  struct DrainWrite {
+    bool drained = false;
+    std::string reason;
+    uint64_t seq = 0;
+  };
+  std::optional<DrainWrite> drain_writing;
   bool lost = false;
   std::string lost_reason;
   std::shared_ptr<AgentConnection> conn;

@@ -26,10 +26,29 @@ int64_t FaultyStore::failed_writes() const {
   return failed_;
 }
 
+void FaultyStore::Pause() {
+  absl::MutexLock lock(&mu_);
+  paused_ = true;
+}
+
+void FaultyStore::Resume() {
+  std::vector<std::pair<WriteFn, DoneFn>> held;
+  {
+    absl::MutexLock lock(&mu_);
+    paused_ = false;
+    held.swap(held_);
+  }
+  for (auto& [fn, done] : held) Write(std::move(fn), std::move(done));
+}
+
 void FaultyStore::Write(WriteFn fn, DoneFn done) {
   absl::Status error;
   {
     absl::MutexLock lock(&mu_);
+    if (paused_) {
+      held_.emplace_back(std::move(fn), std::move(done));
+      return;
+    }
     if (failing_ != 0) {
       error = error_;
       ++failed_;

@@ -7,6 +7,8 @@
 #define XL_SERVER_STORE_FAULTY_STORE_H_
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -24,6 +26,10 @@ class FaultyStore : public Store {
   // The next `n` writes fail with `error`; later ones work.
   void FailNextWrites(int n, absl::Status error);
   void Heal();
+  // Writes from now on wait (in order) until Resume(): for tests of what
+  // happens while a write is in flight.
+  void Pause();
+  void Resume();
   // Writes failed on purpose so far.
   int64_t failed_writes() const;
 
@@ -50,6 +56,8 @@ class FaultyStore : public Store {
   // Writes left to fail; -1: all until Heal().
   int64_t failing_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<WriteFn, DoneFn>> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace xl::store

@@ -76,6 +76,108 @@ TEST_F(ControllerTest, FailedWriteOfACancelStopsNoRank) {
   EXPECT_TRUE(CancelSync(id).ok());
 }
 
+// Controller::Apply is the one door for state changes: whichever handler's
+// write fails (a submit, a drain, a queue change, an agent's output), no
+// reader sees the change, no agent is told of it, the caller hears
+// UNAVAILABLE, and once the disk is back the model is what the disk has.
+TEST_F(ControllerTest, AFailedWriteChangesNothingAClientOrAgentSees) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);
+  controller_->Tick();
+  a->WaitFor(Msg::kStartRanks);
+  Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
+  Settle();
+  auto jobs = [&] { return controller_->ListJobs({})->jobs_size(); };
+  const int jobs_before = jobs();
+  auto drained = [&] {
+    return controller_->GetNode("a")->state() == v1::DRAINED;
+  };
+  auto queues = [&] { return controller_->ListQueues()->queues_size(); };
+  const int queues_before = queues();
+  // The disk is back: the next probe reloads the model, the agent
+  // registers again with its running rank; then the disk fails again.
+  auto recover = [&] {
+    faulty_->Heal();
+    clock_.Advance(absl::Seconds(2));
+    controller_->Tick();
+    Settle();
+    a = AddNode("a", 1, {Status(id, 1, 0, v1::RANK_RUNNING)});
+    Settle();
+    ASSERT_TRUE(controller_->Writable().ok());
+    faulty_->FailWrites(DiskFull());
+  };
+  faulty_->FailWrites(DiskFull());
+
+  // A submit.
+  EXPECT_EQ(TrySubmit(1, 0).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(jobs(), jobs_before);
+  // A drain.
+  recover();
+  absl::Mutex mu;
+  bool done = false;
+  absl::Status drain;
+  controller_->SetDrained("a", true, "maintenance",
+                          [&](absl::StatusOr<v1::Node> n) {
+                            absl::MutexLock lock(&mu);
+                            drain = n.status();
+                            done = true;
+                          });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  EXPECT_EQ(drain.code(), absl::StatusCode::kUnavailable) << drain;
+  EXPECT_FALSE(drained()) << "a reader saw a drain that was not recorded";
+  EXPECT_EQ(jobs(), jobs_before);
+
+  // Output from the rank: not acknowledged (the agent sends it again),
+  // the stream ends, nothing is stored.
+  recover();
+  v1::AgentMessage log;
+  log.set_seq(1);
+  log.mutable_log()->set_job_id(id);
+  log.mutable_log()->set_attempt(1);
+  log.mutable_log()->set_stream(v1::STDOUT);
+  log.mutable_log()->set_data("lost\n");
+  log.mutable_log()->set_end_offset(5);
+  controller_->AgentMessage("a", a.get(), log);
+  Settle();
+  EXPECT_EQ(a->Count(Msg::kLogAck), 0) << "acknowledged output not stored";
+  EXPECT_NE(a->closed().find("storing output failed"), std::string::npos)
+      << a->closed();
+  EXPECT_TRUE(store_->ReadLogs(std::stoll(id), 0, -1, 10)->empty());
+
+  // A queue change.
+  recover();
+  v1::PutQueueRequest put;
+  put.mutable_spec()->set_name("research");
+  done = false;
+  absl::Status queue;
+  controller_->PutQueue("root", put, [&](absl::StatusOr<v1::Queue> q) {
+    absl::MutexLock lock(&mu);
+    queue = q.status();
+    done = true;
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  EXPECT_EQ(queue.code(), absl::StatusCode::kUnavailable) << queue;
+  EXPECT_EQ(queues(), queues_before) << "a reader saw an unrecorded queue";
+  EXPECT_FALSE(controller_->GetQueueSpec("research").ok());
+
+  // Nothing of it reached the running rank, and the disk's word holds.
+  EXPECT_EQ(a->Count(Msg::kStopJob), 0);
+  faulty_->Heal();
+  clock_.Advance(absl::Seconds(2));
+  controller_->Tick();
+  Settle();
+  EXPECT_EQ(jobs(), jobs_before);
+  EXPECT_FALSE(drained());
+  EXPECT_FALSE(controller_->GetQueueSpec("research").ok());
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+}
+
 TEST_F(ControllerTest, WallClockStepsChangeNothing) {
   auto a = AddNode("a", 1);
   std::string id = Submit(1, 1, "", 0, /*time_limit_s=*/600);

@@ -159,6 +159,60 @@ TEST_F(QueuesTest, ChangesAreVersionedRecordedAndSurviveRestart) {
 // A queue is a permission: mallory cannot submit into a team's queue nor
 // above her cap there, and a refused submit stores nothing. Only an admin
 // gives a job another priority, and the change is one of its events.
+// A queue change enters the model once it is on disk; changes that come
+// while one is being written wait for it and are checked against it: two
+// admins changing version 1 at once do not both win, and a delete sent
+// right after a create finds the queue.
+TEST_F(QueuesTest, ChangesInFlightAreCheckedAgainstTheOneBeforeThem) {
+  v1::QueueSpec spec;
+  spec.set_name("research");
+  auto first = Put(spec);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::Mutex mu;
+  std::vector<absl::StatusOr<v1::Queue>> answers;
+  absl::Status deleted = absl::UnknownError("not answered");
+  bool delete_done = false;
+  // Held back: the three calls below are all in before any write commits.
+  faulty_->Pause();
+  for (int weight : {2, 3}) {
+    v1::PutQueueRequest req;
+    *req.mutable_spec() = spec;
+    req.mutable_spec()->set_weight(weight);
+    req.set_expected_version(first->version());
+    controller_->PutQueue("root", req, [&](absl::StatusOr<v1::Queue> q) {
+      absl::MutexLock lock(&mu);
+      answers.push_back(std::move(q));
+    });
+  }
+  controller_->DeleteQueue("root", "research", [&](absl::Status st) {
+    absl::MutexLock lock(&mu);
+    deleted = st;
+    delete_done = true;
+  });
+  faulty_->Resume();
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&] { return answers.size() == 2 && delete_done; };
+    mu.Await(absl::Condition(&all));
+  }
+  int won = 0, stale = 0;
+  for (const auto& a : answers) {
+    if (a.ok()) ++won;
+    if (a.status().code() == absl::StatusCode::kFailedPrecondition) ++stale;
+  }
+  EXPECT_EQ(won, 1);
+  EXPECT_EQ(stale, 1) << "two changes of one version both went through";
+  EXPECT_TRUE(deleted.ok()) << deleted;
+  EXPECT_FALSE(controller_->GetQueueSpec("research").ok());
+  // The record has each change once (newest first): delete, update, create.
+  auto changes = controller_->ListQueueChanges({});
+  ASSERT_TRUE(changes.ok());
+  ASSERT_EQ(changes->changes_size(), 3);
+  EXPECT_EQ(changes->changes(0).action(), "delete");
+  EXPECT_EQ(changes->changes(1).action(), "update");
+  EXPECT_EQ(changes->changes(2).action(), "create");
+}
+
 TEST_F(QueuesTest, QueuesAdmitTheirOwnAndPriorityIsTheAdminsToGive) {
   v1::QueueSpec research = Spec("research", 1);
   research.add_users("alice");

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "server/store/changes.h"
 #include "server/store/db_lock.h"
 #include "server/store/migrator.h"
 
@@ -149,6 +150,117 @@ TEST(StoreTest, LogChunkSentTwiceIsKeptOnce) {
   EXPECT_EQ((*logs)[1].data(), "step 2\n");
   EXPECT_EQ((*logs)[1].end_offset(), 14);
   EXPECT_EQ((*logs)[2].end_offset(), 0);
+}
+
+// The control layer's one vocabulary of durable changes: every kind in one
+// list is one transaction, read back by Load as it was written; the two
+// kinds that give something back (AppendLog's seq, TrimOutput's count) do.
+TEST(StoreTest, EveryKindOfChangeIsWrittenAndLoadedBack) {
+  TempDir dir;
+  auto store = SqliteStore::Open(dir.File("s.db"));
+  ASSERT_TRUE(store.ok());
+  v1::Job running = MakeJob(4);
+  running.set_state(v1::RUNNING);
+  running.set_attempt(2);
+  v1::JobEvent event;
+  event.set_job_id("4");
+  event.set_seq(1);
+  event.set_to_state(v1::RUNNING);
+  v1::RankExit exit;
+  exit.set_rank(1);
+  exit.set_exit_code(3);
+  StoredNode node;
+  node.name = "a";
+  node.inventory.set_hostname("a");
+  node.drained = true;
+  node.state_reason = "disk";
+  StoredHold hold;
+  hold.job_id = 4;
+  hold.attempt = 2;
+  hold.allocation.set_node("a");
+  hold.allocation.add_ranks(0);
+  hold.allocation.add_ranks(1);
+  auto chunk = std::make_shared<v1::LogChunk>();
+  chunk->set_job_id("4");
+  chunk->set_attempt(2);
+  chunk->set_data("hello\n");
+  chunk->set_end_offset(6);
+  auto point = std::make_shared<v1::TrainMetrics>();
+  point->set_job_id("4");
+  point->set_step(10);
+  v1::Queue queue;
+  queue.mutable_spec()->set_name("research");
+  queue.set_version(1);
+  v1::QueueChange queue_change;
+  queue_change.set_seq(1);
+  queue_change.set_queue("research");
+  queue_change.set_action("create");
+  StoredUsage usage{"research", "alice", 42, absl::FromUnixSeconds(1000)};
+  Changes changes = {
+      change::NoteJobId{9},
+      change::PutJob{std::make_shared<const v1::Job>(running)},
+      change::PutJob{std::make_shared<const v1::Job>(MakeJob(5))},
+      change::AddEvent{event},
+      change::PutRankExit{4, 2, exit},
+      change::PutToken{4, "secret"},
+      change::PutNode{node},
+      change::PutHold{hold},
+      change::AppendLog{chunk},
+      change::AppendMetrics{point},
+      change::PutQueue{queue},
+      change::AddQueueChange{queue_change},
+      change::PutUsage{usage},
+  };
+  ASSERT_TRUE((*store)->WriteSync([&](Tx& tx) {
+    return WriteChanges(changes, tx);
+  }).ok());
+  EXPECT_GT(chunk->seq(), 0) << "AppendLog gives its seq back";
+  auto state = (*store)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->last_job_id, 9);
+  ASSERT_EQ(state->jobs.size(), 2u);
+  EXPECT_EQ(state->jobs[0].state(), v1::RUNNING);
+  ASSERT_EQ(state->jobs[0].rank_exits_size(), 1);
+  EXPECT_EQ(state->jobs[0].rank_exits(0).exit_code(), 3);
+  ASSERT_EQ(state->events.size(), 1u);
+  EXPECT_EQ(state->tokens[4], "secret");
+  ASSERT_EQ(state->nodes.size(), 1u);
+  EXPECT_TRUE(state->nodes[0].drained);
+  EXPECT_EQ(state->nodes[0].state_reason, "disk");
+  ASSERT_EQ(state->holds.size(), 1u);
+  EXPECT_EQ(state->holds[0].allocation.ranks_size(), 2);
+  EXPECT_EQ((state->log_ends[{4, 2, 0, 0}]), 6);
+  EXPECT_GT(state->log_bytes[4], 0);
+  EXPECT_GT(state->metrics_bytes[4], 0);
+  ASSERT_EQ(state->queues.size(), 1u);
+  ASSERT_EQ(state->queue_changes.size(), 1u);
+  ASSERT_EQ(state->usage.size(), 1u);
+  EXPECT_EQ(state->usage[0].gpu_seconds, 42);
+
+  // The kinds that take away, and TrimOutput's count.
+  auto trimmed = std::make_shared<Tx::Trimmed>();
+  Changes removals = {
+      change::TrimOutput{4, 1, trimmed},
+      change::DeleteHold{"a", 4, 2},
+      change::DeleteJob{5},
+      change::DeleteQueue{"research"},
+      change::PutUsage{{"research", "alice", 0, absl::FromUnixSeconds(1000)}},
+  };
+  ASSERT_TRUE((*store)->WriteSync([&](Tx& tx) {
+    return WriteChanges(removals, tx);
+  }).ok());
+  EXPECT_EQ(trimmed->log_bytes, 6 + kStoredRowOverheadBytes)
+      << "TrimOutput says what it removed";
+  state = (*store)->Load();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->jobs.size(), 1u);
+  EXPECT_TRUE(state->holds.empty());
+  EXPECT_TRUE(state->queues.empty());
+  EXPECT_TRUE(state->usage.empty());
+  ASSERT_TRUE((*store)->WriteSync([&](Tx& tx) {
+    return WriteChanges({change::DeleteLogs{4}}, tx);
+  }).ok());
+  EXPECT_TRUE((*store)->ReadLogs(4, 0, -1, 10)->empty());
 }
 
 TEST(StoreTest, ConcurrentWritesShareCommits) {
