@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/log.h"
 #include "common/crypto/openssl.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "xl/v1/auth.grpc.pb.h"
 

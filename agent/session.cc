@@ -13,6 +13,7 @@
 #include "agent/log.h"
 #include "common/duration.h"
 #include "common/limits.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 
 namespace xl::agent {

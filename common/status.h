@@ -1,10 +1,8 @@
 // Status helpers: the RETURN_IF_ERROR / ASSIGN_OR_RETURN macros that Debian's
-// Abseil (20220623) lacks, and the one place absl::Status becomes
-// grpc::Status and back. Stateless; safe from any thread.
+// Abseil (20220623) lacks. No gRPC (common/grpc_status.h converts to and
+// from grpc::Status). Stateless; safe from any thread.
 #ifndef XL_COMMON_STATUS_H_
 #define XL_COMMON_STATUS_H_
-
-#include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,11 +26,6 @@
   lhs = std::move(tmp).value()
 
 namespace xl {
-
-// Maps codes one to one; the message is kept, cut to 2 KiB (a status
-// message is a header, and gRPC refuses headers over 8 KiB).
-grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // Prefixes the message of a non-OK status with `context` and ": ".
 absl::Status Annotate(const absl::Status& status, absl::string_view context);

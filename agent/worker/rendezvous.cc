@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
 #include "common/limits.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
 

@@ -4,6 +4,7 @@
 #include "common/identity.h"
 #include "common/crypto/openssl.h"
 #include "common/duration.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "server/service/services.h"
 

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "server/control/controller.h"
 

@@ -1,3 +1,4 @@
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "server/service/feed_reactor.h"
 #include "server/service/services.h"

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "client/connection.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 
 namespace xl::client {

@@ -24,6 +24,7 @@
 #include "client/commands.h"
 #include "client/exit_code.h"
 #include "common/planner/planner.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 

@@ -1,4 +1,5 @@
 // Tests of the absl::Status <-> grpc::Status mapping.
+#include "common/grpc_status.h"
 #include "common/status.h"
 
 #include <gtest/gtest.h>

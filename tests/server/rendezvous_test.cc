@@ -12,6 +12,7 @@
 
 #include "agent/worker/rendezvous.h"
 #include "common/clock.h"
+#include "common/grpc_status.h"
 #include "common/status.h"
 #include "xl/v1/rendezvous.grpc.pb.h"
 
