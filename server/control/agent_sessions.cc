@@ -485,7 +485,10 @@ void Controller::NoteRankFailure(NodeRecord* node, JobRecord* rec,
                                  bool node_fault) {
   const absl::Time now = clock_->MonotonicNow();
   AvoidNode(rec, node->name);
-  if (!node_fault || opts_.bad_node_jobs <= 0 || node->drained) return;
+  if (!node_fault || opts_.bad_node_jobs <= 0 || node->drained ||
+      (node->drain_writing && node->drain_writing->drained)) {
+    return;
+  }
   auto& failures = node->early_failures;
   failures.erase(std::remove_if(failures.begin(), failures.end(),
                                 [&](const auto& f) {
@@ -498,7 +501,8 @@ void Controller::NoteRankFailure(NodeRecord* node, JobRecord* rec,
   if (static_cast<int>(failures.size()) < opts_.bad_node_jobs) return;
   std::vector<std::string> ids;
   for (const auto& f : failures) ids.push_back(absl::StrCat(f.first));
-  // The latest word: a resume still being written is superseded.
+  // The latest word: a resume still being written is superseded. (Taken
+  // into the model at once: it only stops new work on the node.)
   node->drain_writing.reset();
   node->drained = true;
   node->drain_reason = absl::StrCat(

@@ -54,6 +54,7 @@ void Controller::LoadModel(store::StoredState state) {
   new_pending_.clear();
   class_reasons_.clear();
   job_reasons_.clear();
+  dependents_.clear();
   std::set<std::string> open_scopes;
   for (auto& [id, rec] : model_.jobs.all()) {
     if (!state::JobTable::IsTerminal(rec.job.state())) NoteDependencies(rec);

@@ -33,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -553,6 +554,8 @@ class Controller {
                                  std::function<void()> retry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr size_t kMaxQueueChangesWaiting = 64;
+  // Queues being created (written, not yet in the model).
+  size_t CreatesInFlight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetPolicy(const v1::QueueSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   store::Store* const store_;
@@ -634,8 +637,11 @@ class Controller {
   std::map<int64_t, std::vector<int64_t>> dependents_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> wake_work_ ABSL_GUARDED_BY(mu_);
   bool waking_ ABSL_GUARDED_BY(mu_) = false;
-  // Queues with a change being written, and the changes waiting for it.
-  std::set<std::string> queue_writes_ ABSL_GUARDED_BY(mu_);
+  // Queues with a change being written, with the spec it writes (none: a
+  // delete): admission (QueueSpecOf) takes that latest word at once, readers
+  // see the change once it is on disk. And the changes waiting for it.
+  std::map<std::string, std::optional<v1::QueueSpec>> queue_writing_
+      ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<std::function<void()>>> queue_waiting_
       ABSL_GUARDED_BY(mu_);
   // The policies the core checks (of queues with quotas or per-user

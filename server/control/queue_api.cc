@@ -37,6 +37,10 @@ int64_t GpusOf(const v1::Job& job) {
 }  // namespace
 
 const v1::QueueSpec* Controller::QueueSpecOf(const std::string& name) const {
+  if (auto w = queue_writing_.find(name); w != queue_writing_.end()) {
+    if (w->second) return &*w->second;
+    return name == scheduler::kDefaultQueue ? &ImplicitDefault() : nullptr;
+  }
   auto it = model_.queues.find(name);
   if (it != model_.queues.end()) return &it->second.spec();
   if (name == scheduler::kDefaultQueue) return &ImplicitDefault();
@@ -60,7 +64,9 @@ absl::Status Controller::ApplyQueueToSpec(const scheduler::Submitter& who,
     if (model_.queues.count(scheduler::kDefaultQueue) == 0) {
       names.push_back(scheduler::kDefaultQueue);
     }
-    for (const auto& [name, queue] : model_.queues) names.push_back(name);
+    for (const auto& [name, queue] : model_.queues) {
+      if (QueueSpecOf(name) != nullptr) names.push_back(name);
+    }
     const bool more = names.size() > 20;
     names.resize(std::min<size_t>(names.size(), 20));
     return absl::InvalidArgumentError(absl::StrCat(
@@ -194,13 +200,27 @@ void Controller::StoreUsage() {
   // so rows of users and queues long gone do not pile up.
   constexpr double kForgotten = 1.0;
   std::vector<store::StoredUsage> rows;
+  // A queue being deleted: its delete forgets its usage on disk, and its
+  // `then` in memory; a row written between them would outlive both.
+  auto deleting = [&](const std::string& queue) {
+    auto w = queue_writing_.find(queue);
+    return w != queue_writing_.end() && !w->second;
+  };
   for (auto it = model_.queue_usage.begin(); it != model_.queue_usage.end();) {
+    if (deleting(it->first)) {
+      ++it;
+      continue;
+    }
     const bool gone = it->second.value < kForgotten;
     rows.push_back({it->first, "", gone ? 0 : it->second.value,
                     it->second.as_of});
     it = gone ? model_.queue_usage.erase(it) : std::next(it);
   }
   for (auto it = model_.user_usage.begin(); it != model_.user_usage.end();) {
+    if (deleting(it->first.first)) {
+      ++it;
+      continue;
+    }
     const bool gone = it->second.value < kForgotten;
     rows.push_back({it->first.first, it->first.second,
                     gone ? 0 : it->second.value, it->second.as_of});
@@ -355,7 +375,8 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
   // The model takes the change once it is on disk; until then further
   // changes to the queue wait (WaitForQueueWrite), so each is checked
   // against the version before it.
-  queue_writes_.insert(name);
+  queue_writing_[name] =
+      remove ? std::nullopt : std::optional<v1::QueueSpec>(queue.spec());
   Effects effects;
   if (remove) {
     effects.changes.push_back(store::change::DeleteQueue{name});
@@ -394,7 +415,7 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
     std::vector<std::function<void()>> waiting;
     {
       absl::MutexLock lock(&mu_);
-      queue_writes_.erase(name);
+      queue_writing_.erase(name);
       if (auto it = queue_waiting_.find(name); it != queue_waiting_.end()) {
         waiting = std::move(it->second);
         queue_waiting_.erase(it);
@@ -404,6 +425,14 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
     for (auto& retry : waiting) retry();
   };
   Apply(std::move(effects));
+}
+
+size_t Controller::CreatesInFlight() const {
+  size_t n = 0;
+  for (const auto& [name, spec] : queue_writing_) {
+    n += spec.has_value() && model_.queues.count(name) == 0;
+  }
+  return n;
 }
 
 absl::Status Controller::WaitForQueueWrite(const std::string& name,
@@ -433,7 +462,8 @@ void Controller::PutQueue(
     const int64_t version = it == model_.queues.end() ? 0 : it->second.version();
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
-    } else if (queue_writes_.count(spec.name()) > 0) {
+    } else if (queue_writing_.count(spec.name()) > 0 ||
+               queue_waiting_.count(spec.name()) > 0) {
       // Checked again once the change being written is in the model.
       refused = WaitForQueueWrite(
           spec.name(), [this, user, request, spec, done]() mutable {
@@ -474,7 +504,7 @@ void Controller::PutQueue(
           "expected_version: give 0 (any), -1 (only if the queue does not "
           "exist) or the version read");
     } else if (it == model_.queues.end() &&
-               model_.queues.size() + queue_writes_.size() >= kMaxQueues) {
+               model_.queues.size() + CreatesInFlight() >= kMaxQueues) {
       refused = absl::ResourceExhaustedError(absl::StrCat(
           "there are ", model_.queues.size(), " queues, the most the scheduler "
           "keeps; delete unused ones (xlctl queue list) first"));
@@ -508,7 +538,8 @@ void Controller::DeleteQueue(const std::string& user, const std::string& name,
     auto it = model_.queues.find(name);
     if (degraded_) {
       refused = absl::UnavailableError(degraded_reason_);
-    } else if (queue_writes_.count(name) > 0) {
+    } else if (queue_writing_.count(name) > 0 ||
+               queue_waiting_.count(name) > 0) {
       refused = WaitForQueueWrite(
           name, [this, user, name, done] { DeleteQueue(user, name, done); });
       if (refused.ok()) return;

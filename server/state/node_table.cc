@@ -24,6 +24,14 @@ NodeRecord& NodeTable::Upsert(const std::string& name) {
 std::string NodeTable::Unavailable(const NodeRecord& node) {
   if (node.lost) return absl::StrCat("lost (", node.lost_reason, ")");
   if (!node.conn) return "agent not connected";
+  // A drain on its way to disk counts at once (the operator was told it
+  // is done once it is recorded; no new work starts there meanwhile); a
+  // resume only once recorded.
+  if (node.drain_writing && node.drain_writing->drained) {
+    return node.drain_writing->reason.empty()
+               ? "drained"
+               : absl::StrCat("drained (", node.drain_writing->reason, ")");
+  }
   if (node.drained) {
     return node.drain_reason.empty()
                ? "drained"

@@ -96,12 +96,15 @@ TEST_F(ControllerTest, AFailedWriteChangesNothingAClientOrAgentSees) {
   const int queues_before = queues();
   // The disk is back: the next probe reloads the model, the agent
   // registers again with its running rank; then the disk fails again.
+  // Every session of the agent, for counting what any of them was sent.
+  std::vector<std::shared_ptr<FakeConnection>> sessions = {a};
   auto recover = [&] {
     faulty_->Heal();
     clock_.Advance(absl::Seconds(2));
     controller_->Tick();
     Settle();
     a = AddNode("a", 1, {Status(id, 1, 0, v1::RANK_RUNNING)});
+    sessions.push_back(a);
     Settle();
     ASSERT_TRUE(controller_->Writable().ok());
     faulty_->FailWrites(DiskFull());
@@ -167,7 +170,9 @@ TEST_F(ControllerTest, AFailedWriteChangesNothingAClientOrAgentSees) {
   EXPECT_FALSE(controller_->GetQueueSpec("research").ok());
 
   // Nothing of it reached the running rank, and the disk's word holds.
-  EXPECT_EQ(a->Count(Msg::kStopJob), 0);
+  for (const auto& session : sessions) {
+    EXPECT_EQ(session->Count(Msg::kStopJob), 0);
+  }
   faulty_->Heal();
   clock_.Advance(absl::Seconds(2));
   controller_->Tick();
@@ -176,6 +181,33 @@ TEST_F(ControllerTest, AFailedWriteChangesNothingAClientOrAgentSees) {
   EXPECT_FALSE(drained());
   EXPECT_FALSE(controller_->GetQueueSpec("research").ok());
   EXPECT_EQ(controller_->GetJob(id)->state(), v1::RUNNING);
+}
+
+// A drain is acted on from the moment it is asked for: a pass while its
+// write is in flight starts nothing on the node (the operator is told the
+// drain is done once it is recorded, and must find no new job there).
+TEST_F(ControllerTest, ADrainBeingWrittenStopsNewWorkAtOnce) {
+  auto a = AddNode("a", 1);
+  std::string id = Submit(1, 1);  // committed, not yet placed
+  faulty_->Pause();
+  absl::Mutex mu;
+  bool done = false;
+  controller_->SetDrained("a", true, "swap a disk",
+                          [&](absl::StatusOr<v1::Node> n) {
+                            EXPECT_TRUE(n.ok()) << n.status();
+                            absl::MutexLock lock(&mu);
+                            done = true;
+                          });
+  controller_->Tick();  // a pass, the drain not yet on disk
+  faulty_->Resume();
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+  }
+  Settle();
+  EXPECT_EQ(a->Count(Msg::kStartRanks), 0) << "a job started on a drained node";
+  EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING);
+  EXPECT_EQ(controller_->GetNode("a")->state(), v1::DRAINED);
 }
 
 TEST_F(ControllerTest, WallClockStepsChangeNothing) {

@@ -156,9 +156,6 @@ TEST_F(QueuesTest, ChangesAreVersionedRecordedAndSurviveRestart) {
   EXPECT_FALSE(all->queues(0).defined());
 }
 
-// A queue is a permission: mallory cannot submit into a team's queue nor
-// above her cap there, and a refused submit stores nothing. Only an admin
-// gives a job another priority, and the change is one of its events.
 // A queue change enters the model once it is on disk; changes that come
 // while one is being written wait for it and are checked against it: two
 // admins changing version 1 at once do not both win, and a delete sent
@@ -213,6 +210,51 @@ TEST_F(QueuesTest, ChangesInFlightAreCheckedAgainstTheOneBeforeThem) {
   EXPECT_EQ(changes->changes(2).action(), "create");
 }
 
+// Admission takes a queue change from the moment it is asked for: a
+// submit while the queue's delete is being written is refused as it would
+// be after it (else a job would wait in a queue that is gone, also after a
+// restart).
+TEST_F(QueuesTest, ASubmitDuringTheQueuesDeleteIsRefused) {
+  v1::QueueSpec spec;
+  spec.set_name("research");
+  ASSERT_TRUE(Put(spec).ok());
+  absl::Mutex mu;
+  bool deleted = false;
+  faulty_->Pause();  // the delete is on its way while the submit comes
+  controller_->DeleteQueue("root", "research", [&](absl::Status st) {
+    EXPECT_TRUE(st.ok()) << st;
+    absl::MutexLock lock(&mu);
+    deleted = true;
+  });
+  bool submitted = false;
+  absl::StatusOr<v1::SubmitJobResponse> job;
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->add_command("/bin/true");
+  req.mutable_spec()->set_queue("research");
+  controller_->Submit(scheduler::Submitter{user_, groups_, admin_}, req,
+                      [&](absl::StatusOr<v1::SubmitJobResponse> r) {
+                        absl::MutexLock lock(&mu);
+                        job = std::move(r);
+                        submitted = true;
+                      });
+  faulty_->Resume();
+  {
+    absl::MutexLock lock(&mu);
+    auto both = [&] { return deleted && submitted; };
+    mu.Await(absl::Condition(&both));
+  }
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument)
+      << job.status();
+  EXPECT_EQ(job.status().message().find("default, research"),
+            std::string::npos)
+      << "offered the queue being deleted: " << job.status();
+  Open();  // a restart: nothing waits in the queue that is gone
+  EXPECT_EQ(controller_->ListJobs({})->jobs_size(), 0);
+}
+
+// A queue is a permission: mallory cannot submit into a team's queue nor
+// above her cap there, and a refused submit stores nothing. Only an admin
+// gives a job another priority, and the change is one of its events.
 TEST_F(QueuesTest, QueuesAdmitTheirOwnAndPriorityIsTheAdminsToGive) {
   v1::QueueSpec research = Spec("research", 1);
   research.add_users("alice");
