@@ -391,8 +391,8 @@ void Controller::RunRetention() {
   for (int64_t id : prunes.delete_logs) {
     effects.changes.push_back(store::change::DeleteLogs{id});
   }
-  effects.then = [this, prunes] {
-    absl::MutexLock lock(&mu_);
+  effects.apply = [this, prunes] {
+    mu_.AssertHeld();
     for (int64_t id : prunes.delete_jobs) model_.jobs.Erase(id);
     for (int64_t id : prunes.delete_logs) {
       if (JobRecord* rec = model_.jobs.Find(id)) rec->log_bytes = 0;
@@ -420,8 +420,8 @@ void Controller::Apply(Effects effects) {
       std::make_shared<const store::Changes>(std::move(effects.changes));
   store_->Write(
       [changes](store::Tx& tx) { return store::WriteChanges(*changes, tx); },
-      [this, generation, then = std::move(effects.then),
-       sends = std::move(effects.sends),
+      [this, generation, apply = std::move(effects.apply),
+       then = std::move(effects.then), sends = std::move(effects.sends),
        answer = std::move(effects.answer)](absl::Status st) {
         if (!st.ok()) {
           EnterDegraded(st);
@@ -437,6 +437,7 @@ void Controller::Apply(Effects effects) {
         {
           absl::MutexLock lock(&mu_);
           current = generation == generation_;
+          if (current && apply) apply();
         }
         if (current) {
           if (then) then();
@@ -458,16 +459,15 @@ Effects Controller::JobEffects(JobRecord* rec, std::vector<v1::JobEvent> events,
   for (auto& e : events) {
     effects.changes.push_back(store::change::AddEvent{std::move(e)});
   }
-  effects.then = [this, id, snapshot, last_seq, then = std::move(then)] {
-    {
-      absl::MutexLock lock(&mu_);
-      JobRecord* rec = model_.jobs.Find(id);
-      if (rec != nullptr) {
-        rec->committed = snapshot;
-        rec->committed_event_seq =
-            std::max(rec->committed_event_seq, last_seq);
-      }
+  effects.apply = [this, id, snapshot, last_seq] {
+    mu_.AssertHeld();
+    JobRecord* rec = model_.jobs.Find(id);
+    if (rec != nullptr) {
+      rec->committed = snapshot;
+      rec->committed_event_seq = std::max(rec->committed_event_seq, last_seq);
     }
+  };
+  effects.then = [this, snapshot, then = std::move(then)] {
     NotifyListeners(snapshot->id());
     if (then) then();
   };

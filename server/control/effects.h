@@ -5,8 +5,10 @@
 //      values, store/changes.h: the same list could be a replicated log's
 //      entry);
 //   2. once they are on disk, and unless the model was reloaded from the
-//      store in between (a failed write), `then` runs (the model's side of
-//      the step) and `sends` go to the agents;
+//      store in between (a failed write), `apply` runs under the
+//      controller's lock (the model's side of the step), then `then`
+//      without it (watchers, acknowledgements), and `sends` go to the
+//      agents;
 //   3. `answer` is told the outcome in every case: OK once on disk, else
 //      UNAVAILABLE with what the caller should do.
 //
@@ -34,8 +36,10 @@ using Sends = std::vector<
 
 struct Effects {
   store::Changes changes;
-  // The model's side, run without the controller's lock held (it takes it
-  // when it needs it).
+  // The model's side, run with the controller's lock held (in the same
+  // critical section that checks no reload came in between).
+  std::function<void()> apply;
+  // Run after `apply`, without the lock (it takes it if it needs it).
   std::function<void()> then;
   Sends sends;
   std::function<void(absl::Status)> answer;

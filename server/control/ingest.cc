@@ -90,9 +90,9 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
     effects.changes.push_back(store::change::TrimOutput{id, trim, trimmed});
   }
   effects.changes.push_back(store::change::AppendLog{chunk});
-  effects.then = [this, id, weak, ack, chunk, size, trim, trimmed] {
+  effects.apply = [this, id, chunk, size, trim, trimmed] {
+    mu_.AssertHeld();
     {
-      absl::MutexLock lock(&mu_);
       if (JobRecord* rec = model_.jobs.Find(id); rec != nullptr) {
         // A chunk sent again is stored once: it weighs nothing more.
         if (chunk->seq() == 0) rec->log_bytes -= size;
@@ -111,6 +111,8 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
         }
       }
     }
+  };
+  effects.then = [this, weak, ack, chunk] {
     auto conn = weak.lock();
     if (conn && ack.log_ack().seq() != 0) conn->Send(ack);
     if (chunk->seq() != 0) NotifyListeners(chunk->job_id());
@@ -169,8 +171,8 @@ void Controller::StoreMetrics(JobRecord* rec) {
     effects.changes.push_back(store::change::TrimOutput{id, trim, trimmed});
   }
   effects.changes.push_back(store::change::AppendMetrics{std::move(point)});
-  effects.then = [this, id, trim, trimmed] {
-    absl::MutexLock lock(&mu_);
+  effects.apply = [this, id, trim, trimmed] {
+    mu_.AssertHeld();
     Trimmed(id, trim, *trimmed);
   };
   Apply(std::move(effects));

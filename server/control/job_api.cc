@@ -204,11 +204,11 @@ void Controller::Submit(
   // failed write, or a reload that read it from the store).
   auto counted = std::make_shared<bool>(true);
   Effects effects;
-  effects.changes.push_back(store::change::NoteJobId{id});
+  effects.changes.reserve(2);
   effects.changes.push_back(store::change::PutJob{snapshot});
   effects.changes.push_back(store::change::AddEvent{rec->events[0]});
-  effects.then = [this, rec, id, queue, user, spec_bytes, snapshot, counted] {
-    absl::MutexLock lock(&mu_);
+  effects.apply = [this, rec, id, queue, user, spec_bytes, snapshot, counted] {
+    mu_.AssertHeld();
     uncommitted_.erase(id);
     DoneSubmitting(user, queue, spec_bytes);
     *counted = false;
@@ -227,7 +227,8 @@ void Controller::Submit(
   };
   effects.answer = [this, id, queue, key, scoped_key, user, spec_bytes,
                     counted, done](absl::Status st) {
-    {
+    // `counted` is only touched on the store's completion thread, this one.
+    if (*counted || !st.ok()) {
       absl::MutexLock lock(&mu_);
       if (*counted) {
         uncommitted_.erase(id);

@@ -139,8 +139,8 @@ void Controller::SetDrained(
           NodeRecord::DrainWrite{drained, drained ? reason : "", seq};
       Effects effects;
       effects.changes.push_back(store::change::PutNode{StoredNodeOf(*node)});
-      effects.then = [this, name, seq] {
-        absl::MutexLock lock(&mu_);
+      effects.apply = [this, name, seq] {
+        mu_.AssertHeld();
         NodeRecord* node = model_.nodes.Find(name);
         if (node == nullptr || !node->drain_writing ||
             node->drain_writing->seq != seq) {

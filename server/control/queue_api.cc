@@ -387,9 +387,9 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
     effects.changes.push_back(store::change::PutUsage{std::move(row)});
   }
   effects.changes.push_back(store::change::AddQueueChange{change});
-  effects.then = [this, name, remove, queue = std::move(queue),
+  effects.apply = [this, name, remove, queue = std::move(queue),
                   change = std::move(change)] {
-    absl::MutexLock lock(&mu_);
+    mu_.AssertHeld();
     if (remove) {
       model_.queues.erase(name);
       policies_.erase(name);

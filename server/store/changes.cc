@@ -11,9 +11,6 @@ struct Writer {
   Tx& tx;
 
   absl::Status operator()(const change::PutJob& c) { return tx.PutJob(*c.job); }
-  absl::Status operator()(const change::NoteJobId& c) {
-    return tx.NoteJobId(c.id);
-  }
   absl::Status operator()(const change::AddEvent& c) {
     return tx.AddEvent(c.event);
   }

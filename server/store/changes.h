@@ -31,10 +31,6 @@ namespace change {
 struct PutJob {
   std::shared_ptr<const v1::Job> job;
 };
-// Job ids up to `id` have been given.
-struct NoteJobId {
-  int64_t id = 0;
-};
 struct AddEvent {
   v1::JobEvent event;
 };
@@ -95,7 +91,7 @@ struct PutUsage {
 }  // namespace change
 
 using Change =
-    std::variant<change::PutJob, change::NoteJobId, change::AddEvent,
+    std::variant<change::PutJob, change::AddEvent,
                  change::PutRankExit, change::PutToken, change::PutNode,
                  change::PutHold, change::DeleteHold, change::AppendLog,
                  change::AppendMetrics, change::TrimOutput, change::DeleteLogs,

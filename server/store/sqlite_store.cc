@@ -1,5 +1,6 @@
 #include "server/store/sqlite_store.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -33,7 +34,6 @@ class SqliteTx : public Tx {
  public:
   explicit SqliteTx(SqliteStore* store) : store_(store) {}
   absl::Status PutJob(const v1::Job& job) override;
-  absl::Status NoteJobId(int64_t id) override;
   absl::Status PutRankExit(int64_t job_id, int32_t attempt,
                            const v1::RankExit& exit) override;
   absl::Status PutToken(int64_t job_id, const std::string& token) override;
@@ -342,11 +342,6 @@ absl::Status SqliteTx::PutRankExit(int64_t job_id, int32_t attempt,
   return s->Run();
 }
 
-absl::Status SqliteTx::NoteJobId(int64_t id) {
-  Statement* s = store_->note_job_id_.get();
-  s->BindInt(1, id);
-  return s->Run();
-}
 
 absl::Status SqliteTx::PutToken(int64_t job_id, const std::string& token) {
   Statement* s = store_->put_token_.get();
@@ -414,6 +409,11 @@ absl::StatusOr<Tx::Trimmed> SqliteTx::TrimOutput(int64_t job_id,
 }
 
 absl::Status SqliteTx::DeleteJob(int64_t job_id) {
+  // Its id stays given: Load takes the highest of the stored jobs' ids and
+  // this note (a submit writes no note; its row says it).
+  Statement* note = store_->note_job_id_.get();
+  note->BindInt(1, job_id);
+  RETURN_IF_ERROR(note->Run());
   for (Statement* s :
        {store_->delete_logs_.get(), store_->delete_metrics_.get(),
         store_->delete_rank_exits_.get(),
@@ -480,6 +480,7 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
             absl::StrCat("cannot parse a job row in ", db->path()));
       }
       if (!s->ColumnIsNull(2)) state.tokens[s->ColumnInt(1)] = s->ColumnText(2);
+      state.last_job_id = std::max(state.last_job_id, s->ColumnInt(1));
       state.jobs.push_back(std::move(job));
       return absl::OkStatus();
     }));

@@ -67,7 +67,8 @@ struct StoredState {
   // Jobs scheduled or running: how far each rank's output of each attempt
   // is stored, (job id, attempt, rank, stream) -> highest end_offset.
   std::map<std::tuple<int64_t, int32_t, int32_t, int32_t>, int64_t> log_ends;
-  // The highest job id ever given (jobs may have been deleted since).
+  // The highest job id ever given (jobs may have been deleted since): the
+  // highest stored, or deleted.
   int64_t last_job_id = 0;
   // Defined queues (spec, version, update_time, updated_by), by name.
   std::vector<v1::Queue> queues;
@@ -84,8 +85,6 @@ class Tx {
   virtual ~Tx() = default;
   // Inserts or replaces the job (its id is the row id).
   virtual absl::Status PutJob(const v1::Job& job) = 0;
-  // Records that job ids up to `id` have been given.
-  virtual absl::Status NoteJobId(int64_t id) = 0;
   // Records how a rank of an attempt ended (Load merges it into the job's
   // rank_exits when that attempt is the job's current one).
   virtual absl::Status PutRankExit(int64_t job_id, int32_t attempt,
@@ -114,6 +113,8 @@ class Tx {
   };
   virtual absl::StatusOr<Trimmed> TrimOutput(int64_t job_id,
                                              int64_t bytes) = 0;
+  // Deletes the job with everything it has; its id stays given (Load's
+  // last_job_id).
   virtual absl::Status DeleteJob(int64_t job_id) = 0;
   // Inserts or replaces a queue (its spec and version), or deletes one.
   virtual absl::Status PutQueue(const v1::Queue& queue) = 0;

@@ -197,7 +197,6 @@ TEST(StoreTest, EveryKindOfChangeIsWrittenAndLoadedBack) {
   queue_change.set_action("create");
   StoredUsage usage{"research", "alice", 42, absl::FromUnixSeconds(1000)};
   Changes changes = {
-      change::NoteJobId{9},
       change::PutJob{std::make_shared<const v1::Job>(running)},
       change::PutJob{std::make_shared<const v1::Job>(MakeJob(5))},
       change::AddEvent{event},
@@ -217,7 +216,7 @@ TEST(StoreTest, EveryKindOfChangeIsWrittenAndLoadedBack) {
   EXPECT_GT(chunk->seq(), 0) << "AppendLog gives its seq back";
   auto state = (*store)->Load();
   ASSERT_TRUE(state.ok()) << state.status();
-  EXPECT_EQ(state->last_job_id, 9);
+  EXPECT_EQ(state->last_job_id, 5) << "the highest stored";
   ASSERT_EQ(state->jobs.size(), 2u);
   EXPECT_EQ(state->jobs[0].state(), v1::RUNNING);
   ASSERT_EQ(state->jobs[0].rank_exits_size(), 1);
@@ -254,6 +253,7 @@ TEST(StoreTest, EveryKindOfChangeIsWrittenAndLoadedBack) {
   state = (*store)->Load();
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->jobs.size(), 1u);
+  EXPECT_EQ(state->last_job_id, 5) << "a deleted job's id stays given";
   EXPECT_TRUE(state->holds.empty());
   EXPECT_TRUE(state->queues.empty());
   EXPECT_TRUE(state->usage.empty());
