@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "agent/session.h"
-#include "agent/supervisor.h"
+#include "agent/session/session.h"
+#include "agent/supervisor/supervisor.h"
 #include "xl/v1/agent.pb.h"
 
 namespace xl::agent {

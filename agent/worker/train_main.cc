@@ -14,17 +14,17 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "agent/worker/data_shards.h"
-#include "agent/worker/file_rendezvous.h"
-#include "agent/worker/gloo_collective.h"
-#include "agent/worker/metrics.h"
-#include "agent/worker/rendezvous.h"
-#include "agent/worker/tensorboard.h"
-#include "agent/worker/train_config.h"
-#include "agent/worker/trainer.h"
+#include "agent/worker/comm/file_rendezvous.h"
+#include "agent/worker/comm/gloo_collective.h"
+#include "agent/worker/comm/rendezvous.h"
+#include "agent/worker/data/data_shards.h"
+#include "agent/worker/loop/metrics.h"
+#include "agent/worker/loop/tensorboard.h"
+#include "agent/worker/loop/train_config.h"
+#include "agent/worker/loop/trainer.h"
 #include "common/proto_text.h"
 #ifdef XL_HAVE_CUDA
-#include "agent/worker/cuda_trainer.h"
+#include "agent/worker/cuda/cuda_trainer.h"
 #endif
 
 namespace xl::worker {

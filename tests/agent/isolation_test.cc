@@ -34,7 +34,7 @@
 #include "absl/time/clock.h"
 #include "agent/isolation/cgroup.h"
 #include "agent/isolation/user.h"
-#include "agent/supervisor.h"
+#include "agent/supervisor/supervisor.h"
 #include "common/duration.h"
 #include "tests/agent/recording_sink.h"
 

@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "agent/supervisor.h"
+#include "agent/supervisor/supervisor.h"
 #include "gtest/gtest.h"
 
 namespace xl::agent {

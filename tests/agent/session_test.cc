@@ -1,6 +1,6 @@
 // Tests of the agent's session against a fake scheduler served by real gRPC
 // on 127.0.0.1, and of the bounded outbox behind it.
-#include "agent/session.h"
+#include "agent/session/session.h"
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -17,10 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "agent/lease.h"
 #include "agent/monotonic_wait.h"
-#include "agent/outbox.h"
-#include "agent/supervisor.h"
+#include "agent/session/lease.h"
+#include "agent/session/outbox.h"
+#include "agent/supervisor/supervisor.h"
 #include "common/clock.h"
 #include "common/duration.h"
 #include "xl/v1/agent.grpc.pb.h"

@@ -1,7 +1,7 @@
 // Tests of the process supervisor with real child processes. /bin/sh -c is
 // used as the ranks' argv here only because argv is arbitrary; the
 // supervisor itself never runs a shell.
-#include "agent/supervisor.h"
+#include "agent/supervisor/supervisor.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -25,7 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "agent/rank_shim.h"
+#include "agent/shim/rank_shim.h"
 #include "common/clock.h"
 #include "common/duration.h"
 #include "tests/agent/recording_sink.h"

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/worker/file_rendezvous.h"
-#include "agent/worker/gloo_collective.h"
+#include "agent/worker/comm/file_rendezvous.h"
+#include "agent/worker/comm/gloo_collective.h"
 
 namespace {
 

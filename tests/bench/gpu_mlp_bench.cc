@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "agent/worker/cuda_trainer.h"
+#include "agent/worker/cuda/cuda_trainer.h"
 #include "common/planner/planner.h"
 
 int main(int argc, char** argv) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/worker/train_config.h"
+#include "agent/worker/loop/train_config.h"
 #include "server/scheduler/job_spec.h"
 
 namespace xl {

@@ -637,7 +637,7 @@ class Injection(unittest.TestCase):
                      or any(name in (f"{a}.log", f"{a}.yaml", f"work-{a}") for a in AGENTS))
             if not known:
                 found.append(f"unexpected {os.path.join(self.c.tmp, name)!r}")
-        # The agents' own state (root's, agent/rank_shim.h) holds only the
+        # The agents' own state (root's, agent/shim/rank_shim.h) holds only the
         # files the agent and its shims write there.
         state_files = {"instance", "lease", "agent.lock", "lock", "record", "status",
                        "stdout", "stderr", "metrics", "acked", "chunks.stdout",

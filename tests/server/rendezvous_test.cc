@@ -10,7 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "agent/worker/rendezvous.h"
+#include "agent/worker/comm/rendezvous.h"
 #include "common/clock.h"
 #include "common/grpc_status.h"
 #include "common/status.h"

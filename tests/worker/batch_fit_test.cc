@@ -3,7 +3,7 @@
 // must not fit), a CPU run reports it and allocates exactly what the
 // planner predicted for it, gradient accumulation trains like the big batch
 // it stands for, and the errors name the field, the numbers and the fix.
-#include "agent/worker/batch_fit.h"
+#include "agent/worker/loop/batch_fit.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 // batch in the loop (synthetic and shards), from step 0 or a resumed step;
 // a bad shard record surfaces at the Acquire of its step; misuse is refused;
 // destruction never waits for a consumer.
-#include "agent/worker/batch_producer.h"
+#include "agent/worker/data/batch_producer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/worker/data.h"
+#include "agent/worker/data/data.h"
 
 namespace xl::worker {
 namespace {

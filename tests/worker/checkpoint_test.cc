@@ -1,6 +1,6 @@
 // Checkpoint files: round trip, atomic naming, keep-last-3, and that the
 // newest corrupt, truncated or mismatched file is skipped with a warning.
-#include "agent/worker/checkpoint.h"
+#include "agent/worker/loop/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,14 +1,14 @@
 // Shard files: write, read back through the prefetching reader, rank
 // striding, wrap-around, bad files; and that training on shards of the
 // teacher data equals training on the synthetic source bit for bit.
-#include "agent/worker/data_shards.h"
+#include "agent/worker/data/data_shards.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 
-#include "agent/worker/data.h"
+#include "agent/worker/data/data.h"
 #include "rank_threads.h"
 
 namespace xl::worker {

@@ -1,6 +1,6 @@
 // MetricsInterval: what one reporting interval of a trainer becomes, timed
 // on a fake clock so every rate is exact.
-#include "agent/worker/metrics.h"
+#include "agent/worker/loop/metrics.h"
 
 #include "common/clock.h"
 #include "gtest/gtest.h"

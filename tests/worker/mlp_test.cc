@@ -1,14 +1,14 @@
 // The CPU model's gradients against central finite differences, AdamW's
 // update against the formula, the init and the gradient buckets.
-#include "agent/worker/mlp.h"
+#include "agent/worker/model/mlp.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "agent/worker/adamw.h"
-#include "agent/worker/data.h"
-#include "agent/worker/trainer.h"
+#include "agent/worker/data/data.h"
+#include "agent/worker/loop/trainer.h"
+#include "agent/worker/model/adamw.h"
 
 namespace xl::worker {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agent/worker/gloo_collective.h"
-#include "agent/worker/trainer.h"
+#include "agent/worker/comm/gloo_collective.h"
+#include "agent/worker/loop/trainer.h"
 
 namespace xl::worker::testing {
 

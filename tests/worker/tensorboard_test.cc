@@ -2,7 +2,7 @@
 // CRC-32C (the iSCSI test vectors), the record framing and the Event bytes.
 // tests/worker/test_tensorboard.py reads a real run's file back with
 // Python's protobuf and a CRC of its own.
-#include "agent/worker/tensorboard.h"
+#include "agent/worker/loop/tensorboard.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
 // ResolveTrainSpec (defaults, errors naming fields) and the counter RNG and
 // synthetic data that both backends must reproduce.
-#include "agent/worker/train_config.h"
+#include "agent/worker/loop/train_config.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 
-#include "agent/worker/data.h"
+#include "agent/worker/data/data.h"
 
 namespace xl::worker {
 namespace {

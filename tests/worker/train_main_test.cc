@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/worker/checkpoint.h"
+#include "agent/worker/loop/checkpoint.h"
 #include "common/proto_text.h"
 #include "xl/v1/job.pb.h"
 

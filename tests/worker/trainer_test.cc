@@ -2,7 +2,7 @@
 // loopback: bitwise agreement between ranks, data-parallel equivalence with
 // one big-batch rank, kill-and-resume reproducing the loss curve exactly,
 // SIGTERM, corrupt checkpoints, and the loss reached on the teacher task.
-#include "agent/worker/trainer.h"
+#include "agent/worker/loop/trainer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/worker/checkpoint.h"
-#include "agent/worker/data.h"
-#include "agent/worker/mlp.h"
+#include "agent/worker/data/data.h"
+#include "agent/worker/loop/checkpoint.h"
+#include "agent/worker/model/mlp.h"
 #include "rank_threads.h"
 
 namespace xl::worker {

@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "agent/worker/adamw.h"
-#include "agent/worker/cuda_trainer.h"
-#include "agent/worker/data.h"
-#include "agent/worker/mlp.h"
+#include "agent/worker/cuda/cuda_trainer.h"
+#include "agent/worker/data/data.h"
+#include "agent/worker/model/adamw.h"
+#include "agent/worker/model/mlp.h"
 #include "tests/worker/gpu/gpu_test_util.h"
 
 namespace xl::worker {

@@ -2,7 +2,7 @@
 // a checkpoint; SIGTERM stop; data-parallel ranks on several GPUs equal one
 // rank with the global batch; a width-8192 bf16 run that prints MFU; and
 // batch_per_rank: auto against the planner and the free memory.
-#include "agent/worker/cuda_trainer.h"
+#include "agent/worker/cuda/cuda_trainer.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "agent/worker/batch_fit.h"
-#include "agent/worker/checkpoint.h"
-#include "agent/worker/gloo_collective.h"
-#include "agent/worker/metrics.h"
-#include "agent/worker/trainer.h"
+#include "agent/worker/comm/gloo_collective.h"
+#include "agent/worker/loop/batch_fit.h"
+#include "agent/worker/loop/checkpoint.h"
+#include "agent/worker/loop/metrics.h"
+#include "agent/worker/loop/trainer.h"
 #include "common/planner/planner.h"
 #include "tests/worker/gpu/gpu_test_util.h"
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "agent/worker/cuda_trainer.h"
+#include "agent/worker/cuda/cuda_trainer.h"
 
 // Skips the test when no CUDA device is visible (CI, laptops).
 #define XL_SKIP_WITHOUT_GPU()                                     \

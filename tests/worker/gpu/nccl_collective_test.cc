@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agent/worker/cuda_trainer.h"
-#include "agent/worker/rendezvous.h"
+#include "agent/worker/comm/rendezvous.h"
+#include "agent/worker/cuda/cuda_trainer.h"
 #include "tests/worker/gpu/gpu_test_util.h"
 
 namespace xl::worker {
