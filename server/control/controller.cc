@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/duration.h"
 #include "common/status.h"
+#include "server/scheduler/schedule.h"
 
 namespace xl::control {
 namespace {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
 #include "server/control/controller.h"
+#include "server/scheduler/schedule.h"
 
 namespace xl::control {
 

@@ -303,9 +303,6 @@ inline double RankOf(const JobRequest& job) {
   return job.effective_priority.value_or(job.priority);
 }
 
-// Runs one scheduling pass over `queue` (any order; sorted here).
-Decisions Schedule(ClusterSnapshot snapshot, std::vector<JobRequest> queue);
-
 // Counts the GPUs with these index values by model into `by_model`
 // ("unknown" for an index the node does not have).
 void AddGpuModels(const NodeInfo& info, absl::Span<const int32_t> indices,

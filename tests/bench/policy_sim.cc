@@ -29,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "server/scheduler/placement.h"
 #include "server/scheduler/queue_policy.h"
+#include "server/scheduler/schedule.h"
 
 namespace sched = xl::scheduler;
 

@@ -31,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
 #include "server/scheduler/placement.h"
+#include "server/scheduler/schedule.h"
 
 namespace baseline {
 

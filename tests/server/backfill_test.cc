@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/scheduler/placement.h"
+#include "server/scheduler/schedule.h"
 
 namespace xl::scheduler {
 namespace {

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "server/scheduler/job_spec.h"
+#include "server/scheduler/schedule.h"
 
 namespace xl::scheduler {
 namespace {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "server/scheduler/placement.h"
+#include "server/scheduler/schedule.h"
 
 namespace xl::scheduler {
 namespace {

@@ -16,6 +16,7 @@
 
 #include "server/scheduler/placement.h"
 #include "server/scheduler/queue_policy.h"
+#include "server/scheduler/schedule.h"
 
 namespace xl::scheduler {
 namespace {
