@@ -91,6 +91,8 @@ std::string GB(double bytes);
 std::string GiB(double bytes);
 std::string Duration(double seconds);
 const char* PrecisionName(v1::Precision p);
+// The ZeRO stage of a sharding (0 to 3).
+int ZeroStage(v1::Sharding s);
 // The catalogue's short name of a GPU model, else the name as given.
 std::string ShortModelName(const std::string& name);
 
