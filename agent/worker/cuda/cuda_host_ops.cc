@@ -1,5 +1,7 @@
-// Host-array entry points of cuda_trainer.h for tests and the benchmark,
-// and the table of GPU peaks behind MFU.
+// Host-array entry points for the GPU tests (cuda_host_ops.h), and the
+// table of GPU peaks behind MFU (cuda_trainer.h).
+#include "agent/worker/cuda/cuda_host_ops.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>

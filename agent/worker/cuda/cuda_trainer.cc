@@ -12,14 +12,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "agent/worker/comm/nccl_collective.h"
 #include "agent/worker/cuda/cuda_check.h"
@@ -29,6 +27,7 @@
 #include "agent/worker/data/data.h"
 #include "agent/worker/loop/batch_fit.h"
 #include "agent/worker/loop/checkpoint.h"
+#include "agent/worker/loop/resume.h"
 #include "common/duration.h"
 #include "common/planner/xl_train_gpus.h"
 #include "common/status.h"
@@ -114,28 +113,6 @@ float ElapsedSeconds(cudaEvent_t a, cudaEvent_t b) {
   return ms / 1000.0f;
 }
 
-// Every rank learns whether all got past a step of the set-up that may fail
-// on one rank alone (its own memory, its own GPU), so that no rank waits out
-// the collective timeout for a peer that gave up: one all-reduce of a
-// failure flag (a mean of zeros is exactly 0 at any world size). A failed
-// rank returns its own error; the others say which step failed elsewhere.
-absl::Status AgreeAllOk(NcclCollective* nccl, const absl::Status& own,
-                        absl::string_view what, absl::string_view fix) {
-  float failed = own.ok() ? 0.0f : 1.0f;
-  if (nccl != nullptr) {
-    absl::Status st = nccl->AllReduceMean(&failed, 1);
-    if (!own.ok()) return own;
-    if (!st.ok()) return st;
-  }
-  if (!own.ok()) return own;
-  if (failed > 0.0f) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("another rank failed ", what,
-                     " (its own error says which and why); ", fix));
-  }
-  return absl::OkStatus();
-}
-
 int LocalRank() {
   const char* s = std::getenv("LOCAL_RANK");
   int v = 0;
@@ -214,28 +191,16 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
                      NcclCollective::Create(rank, world, rendezvous, options));
   }
 
-  // Rank 0 reads the newest checkpoint now: a resumed run keeps the batch
-  // it trained with (below); the state is broadcast after the model exists.
-  TrainState loaded;
-  std::string loaded_path;
-  bool have_checkpoint = false;
-  absl::Status read = absl::OkStatus();
-  if (rank == 0 && !checkpoint_dir.empty()) {
-    absl::StatusOr<LoadedCheckpoint> r = LoadNewestCheckpoint(
-        checkpoint_dir, ConfigFingerprint(config), config.ParamCount());
-    if (!r.ok()) {
-      read = r.status();
-    } else if (r->state.has_value()) {
-      loaded = *std::move(r->state);
-      loaded_path = r->path;
-      have_checkpoint = true;
-    }
-  }
-  // The first collective of every run, before any large allocation: NCCL
-  // sets up its connections and staging buffer while the GPU has room, so
-  // the later agreements need no new memory on a rank that ran out.
-  RETURN_IF_ERROR(AgreeAllOk(nccl.get(), read, "to read the newest checkpoint",
-                             "fix or move away the checkpoint it names"));
+  // Resume (loop/resume.h), step one: rank 0's newest checkpoint is agreed
+  // on now, since a resumed run keeps the batch it trained with (below);
+  // its state is shared after the model exists. Its agreement is the first
+  // collective of every run, before any large allocation: NCCL sets up its
+  // connections and staging buffer while the GPU has room, so the later
+  // agreements need no new memory on a rank that ran out.
+  ASSIGN_OR_RETURN(
+      ResumePoint resume,
+      AgreeResumePoint(nccl.get(), checkpoint_dir, ConfigFingerprint(config),
+                       config.ParamCount()));
 
   // batch_per_rank auto / global_batch: rank 0 fits the batch to its free
   // memory and every rank takes that choice (a batch per rank that differs
@@ -256,7 +221,7 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     // The producer pins kHostSlots host copies of a step's inputs.
     absl::Status fit = FitBatchForRun(
         &config, world, /*cpu=*/false, static_cast<double>(free_b),
-        have_checkpoint ? loaded.batch_per_rank : 0, &line,
+        resume.found ? resume.state.batch_per_rank : 0, &line,
         PinnedStepBatchCap(config, kHostSlots));
     // [ok, batch, micro-batches]; small integers are exact in a float.
     float wire[3] = {fit.ok() ? 1.0f : 0.0f,
@@ -315,46 +280,25 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   CheckpointWriter writer(PeriodicCheckpoints(
       checkpoint_dir, fingerprint, options.base.keep_checkpoints));
 
-  // Init or resume. Rank 0 reads the newest checkpoint and broadcasts it
-  // (as the CPU path does), so every rank holds bitwise the same state.
+  // Init or resume, step two: rank 0's checkpoint is broadcast, so every
+  // rank holds bitwise the same state.
   int64_t start = 0;
-  {
-    std::vector<float> params = InitialParams(config, model->layers());
-    // wire: [found, step, adam_t and good_steps as the bits of three int64,
-    // loss_scale].
-    float wire[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t meta[3] = {0, 0, 0};
-    static_assert(sizeof(meta) == 6 * sizeof(float));
-    if (rank == 0 && have_checkpoint) {
-      wire[0] = 1;
-      meta[0] = loaded.step;
-      meta[1] = loaded.adam_t;
-      meta[2] = loaded.good_steps;
-      std::memcpy(&wire[1], meta, sizeof(meta));
-      wire[7] = loaded.loss_scale;
-      std::printf("xl-train: resuming from %s (step %lld) on GPU\n",
-                  loaded_path.c_str(), static_cast<long long>(loaded.step));
+  if (resume.found) {
+    if (resume.count != count) {
+      return absl::InternalError(absl::StrCat("the model has ", count,
+                                              " parameters, its config says ",
+                                              resume.count));
     }
-    if (nccl) RETURN_IF_ERROR(nccl->Broadcast(wire, 8, 0));
-    if (wire[0] == 1) {
-      std::memcpy(meta, &wire[1], sizeof(meta));
-      start = meta[0];
-      if (rank != 0) {
-        loaded.params.assign(count, 0.0f);
-        loaded.m.assign(count, 0.0f);
-        loaded.v.assign(count, 0.0f);
-      }
-      if (nccl) {
-        for (auto* vec : {&loaded.params, &loaded.m, &loaded.v}) {
-          RETURN_IF_ERROR(nccl->Broadcast(vec->data(), count, 0));
-        }
-      }
-      RETURN_IF_ERROR(model->SetParams(loaded.params.data()));
-      RETURN_IF_ERROR(model->SetOptimizerState(
-          loaded.m.data(), loaded.v.data(), meta[1], wire[7], meta[2]));
-    } else {
-      RETURN_IF_ERROR(model->SetParams(params.data()));
-    }
+    start = resume.state.step;
+    std::vector<float> params, m, v;
+    RETURN_IF_ERROR(ShareResumeState(nccl.get(), &resume, &params, &m, &v));
+    RETURN_IF_ERROR(model->SetParams(params.data()));
+    RETURN_IF_ERROR(model->SetOptimizerState(
+        m.data(), v.data(), resume.state.adam_t, resume.state.loss_scale,
+        resume.state.good_steps));
+  } else {
+    RETURN_IF_ERROR(
+        model->SetParams(InitialParams(config, model->layers()).data()));
   }
 
   // Data: the producer's pinned host slots, a whole step's inputs each,

@@ -15,21 +15,13 @@
 #include "agent/worker/data/batch_producer.h"
 #include "agent/worker/loop/batch_fit.h"
 #include "agent/worker/loop/checkpoint.h"
+#include "agent/worker/loop/resume.h"
 #include "agent/worker/model/adamw.h"
 #include "common/duration.h"
 #include "common/status.h"
 
 namespace xl::worker {
 namespace {
-
-// Packs int64 values into float slots bit for bit, so a float Broadcast can
-// carry them (broadcast copies bytes, never does arithmetic).
-void PackInt64(int64_t v, float* out) { std::memcpy(out, &v, sizeof(v)); }
-int64_t UnpackInt64(const float* in) {
-  int64_t v;
-  std::memcpy(&v, in, sizeof(v));
-  return v;
-}
 
 double Seconds(absl::Time a, absl::Time b) {
   return absl::ToDoubleSeconds(b - a);
@@ -115,55 +107,24 @@ absl::Status RunTraining(const TrainConfig& given, const RankInfo& info,
   CheckpointWriter writer(
       PeriodicCheckpoints(checkpoint_dir, fingerprint, options.keep_checkpoints));
 
-  // Resume: rank 0 finds the newest valid checkpoint and broadcasts it, so
-  // every rank holds bitwise the same state.
+  // Resume (loop/resume.h): rank 0's newest valid checkpoint, the same on
+  // every rank.
   int64_t start = 0;
   int resumed_batch = 0;
   {
-    // found (1; -1: rank 0 could not read the directory), batch, step (2
-    // slots). Rank 0 broadcasts even a failure, so that its peers end now
-    // rather than at the collective timeout.
-    float header[4] = {0, 0, 0, 0};
-    TrainState loaded;
-    absl::Status read = absl::OkStatus();
-    if (rank == 0 && !checkpoint_dir.empty()) {
-      auto r = LoadNewestCheckpoint(checkpoint_dir, fingerprint, count);
-      if (!r.ok()) {
-        read = r.status();
-        header[0] = -1;
-      } else if (r->state.has_value()) {
-        loaded = *std::move(r->state);
-        header[0] = 1;
-        header[1] = static_cast<float>(loaded.batch_per_rank);  // < 2^24
-        PackInt64(loaded.step, &header[2]);
-        std::printf("xl-train: resuming from %s (step %lld)\n", r->path.c_str(),
-                    static_cast<long long>(loaded.step));
-      }
-    }
-    if (absl::Status st = collective->Broadcast(header, 4, 0); !st.ok()) {
-      return read.ok() ? st : read;
-    }
-    if (!read.ok()) return read;
-    if (header[0] < 0) {
-      return absl::FailedPreconditionError(
-          "rank 0 could not read the checkpoint directory (its error says "
-          "why); fix checkpoint_dir or its mount");
-    }
-    if (header[0] == 1) {
-      start = UnpackInt64(&header[2]);
-      resumed_batch = static_cast<int>(header[1]);
-      if (rank == 0) {
-        model.params() = std::move(loaded.params);
-        opt.m() = std::move(loaded.m);
-        opt.v() = std::move(loaded.v);
+    absl::StatusOr<ResumePoint> point =
+        AgreeResumePoint(collective, checkpoint_dir, fingerprint, count);
+    if (!point.ok()) return point.status();
+    if (point->found) {
+      start = point->state.step;
+      resumed_batch = point->state.batch_per_rank;
+      if (absl::Status st = ShareResumeState(
+              collective, &*point, &model.params(), &opt.m(), &opt.v());
+          !st.ok()) {
+        return st;
       }
       // AdamW's t equals the steps completed (one update per step).
       opt.set_t(start);
-      for (float* p : {model.params().data(), opt.m().data(), opt.v().data()}) {
-        if (absl::Status st = collective->Broadcast(p, count, 0); !st.ok()) {
-          return st;
-        }
-      }
     }
   }
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "agent/worker/cuda/cuda_host_ops.h"
 #include "agent/worker/cuda/cuda_trainer.h"
 #include "agent/worker/data/data.h"
 #include "agent/worker/model/adamw.h"

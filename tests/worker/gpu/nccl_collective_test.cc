@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/worker/comm/rendezvous.h"
+#include "agent/worker/cuda/cuda_host_ops.h"
 #include "agent/worker/cuda/cuda_trainer.h"
 #include "tests/worker/gpu/gpu_test_util.h"
 
