@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -24,7 +25,28 @@ void Field(std::string* out, absl::string_view name, absl::string_view value) {
   absl::StrAppend(out, name, " ", value.size(), "\n", value, "\n");
 }
 
-bool ToInt(const std::string& s, int64_t* v) { return absl::SimpleAtoi(s, v); }
+// A whole number in [lo, hi] into `field`; false for anything else.
+template <typename T>
+bool Number(const std::string& value, T* field, int64_t lo, int64_t hi) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < lo || n > hi) return false;
+  *field = static_cast<T>(n);
+  return true;
+}
+
+template <typename T>
+bool Number(const std::string& value, T* field) {
+  return Number(value, field,
+                static_cast<int64_t>(std::numeric_limits<T>::min()),
+                static_cast<int64_t>(std::numeric_limits<T>::max()));
+}
+
+// "0" or "1".
+bool Flag(const std::string& value, bool* field) {
+  if (value != "0" && value != "1") return false;
+  *field = value == "1";
+  return true;
+}
 
 }  // namespace
 
@@ -64,6 +86,11 @@ std::string EncodeSpec(const Spec& spec) {
 
 bool DecodeSpec(absl::string_view data, Spec* spec, std::string* error) {
   *spec = Spec();
+  if (data.size() > kMaxSpecBytes) {
+    *error = absl::StrCat("the spec is ", data.size(), " bytes; at most ",
+                          kMaxSpecBytes, " are read");
+    return false;
+  }
   bool ended = false;
   while (!data.empty()) {
     const size_t nl = data.find('\n');
@@ -71,43 +98,42 @@ bool DecodeSpec(absl::string_view data, Spec* spec, std::string* error) {
     const absl::string_view head = data.substr(0, nl);
     const size_t space = head.rfind(' ');
     uint64_t length = 0;
+    // The value and its newline must be there: compared without adding to
+    // `length`, which may be anything up to 2^64 - 1.
+    const size_t rest = data.size() - nl - 1;
     if (space == absl::string_view::npos ||
-        !absl::SimpleAtoi(head.substr(space + 1), &length) ||
-        data.size() < nl + 1 + length + 1) {
-      *error = absl::StrCat("bad field header \"", head, "\"");
+        !absl::SimpleAtoi(head.substr(space + 1), &length) || length >= rest ||
+        data[nl + 1 + length] != '\n') {
+      *error = absl::StrCat("bad field header \"",
+                            absl::CHexEscape(head.substr(0, 64)), "\"");
       return false;
     }
     const std::string name(head.substr(0, space));
     const std::string value(data.substr(nl + 1, length));
     data.remove_prefix(nl + 1 + length + 1);
-    int64_t n = 0;
-    auto number = [&](auto* field) {
-      if (!ToInt(value, &n)) return false;
-      *field = static_cast<std::remove_pointer_t<decltype(field)>>(n);
-      return true;
-    };
     bool ok = true;
     if (name == "version") {
       ok = value == "1";
     } else if (name == "job") {
       spec->job_id = value;
     } else if (name == "attempt") {
-      ok = number(&spec->attempt);
+      ok = Number(value, &spec->attempt);
     } else if (name == "rank") {
-      ok = number(&spec->rank);
+      ok = Number(value, &spec->rank);
     } else if (name == "lease_file") {
       spec->lease_file = value;
     } else if (name == "grace_ms") {
-      ok = number(&spec->grace_ms);
+      ok = Number(value, &spec->grace_ms, 0,
+                  std::numeric_limits<int64_t>::max());
     } else if (name == "dir") {
       spec->dirs.emplace_back().path = value;
     } else if (absl::StartsWith(name, "dir.")) {
       if (spec->dirs.empty()) {
         ok = false;
       } else if (name == "dir.mode") {
-        ok = number(&spec->dirs.back().mode);
+        ok = Number(value, &spec->dirs.back().mode, 0, 07777);
       } else if (name == "dir.give") {
-        spec->dirs.back().give_to_user = value == "1";
+        ok = Flag(value, &spec->dirs.back().give_to_user);
       } else if (name == "dir.what") {
         spec->dirs.back().what = value;
       } else if (name == "dir.fix") {
@@ -124,15 +150,13 @@ bool DecodeSpec(absl::string_view data, Spec* spec, std::string* error) {
     } else if (name == "env") {
       spec->env.push_back(value);
     } else if (name == "change_user") {
-      spec->change_user = value == "1";
+      ok = Flag(value, &spec->change_user);
     } else if (name == "uid") {
-      ok = number(&spec->uid);
+      ok = Number(value, &spec->uid);
     } else if (name == "gid") {
-      ok = number(&spec->gid);
+      ok = Number(value, &spec->gid);
     } else if (name == "group") {
-      uint32_t g = 0;
-      ok = number(&g);
-      spec->groups.push_back(g);
+      ok = Number(value, &spec->groups.emplace_back());
     } else if (name == "user") {
       spec->user_name = value;
     } else if (name == "cgroup_procs") {
@@ -142,7 +166,7 @@ bool DecodeSpec(absl::string_view data, Spec* spec, std::string* error) {
     } else if (name == "checkpoint_dir") {
       spec->checkpoint_dir = value;
     } else if (name == "open_files") {
-      ok = number(&spec->open_files);
+      ok = absl::SimpleAtoi(value, &spec->open_files);
     } else if (name == "record") {
       spec->record = value;
     } else if (name == "end") {
@@ -150,7 +174,8 @@ bool DecodeSpec(absl::string_view data, Spec* spec, std::string* error) {
       break;
     }  // Unknown fields: from a newer agent; ignored.
     if (!ok) {
-      *error = absl::StrCat("bad value for ", name, ": \"", value, "\"");
+      *error = absl::StrCat("bad value for ", absl::CHexEscape(name), ": \"",
+                            absl::CHexEscape(value.substr(0, 64)), "\"");
       return false;
     }
   }

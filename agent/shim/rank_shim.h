@@ -29,11 +29,14 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/limits.h"
 
 namespace xl::agent::shim {
 
@@ -91,8 +94,19 @@ struct Spec {
   std::string record;
 };
 
+// The most bytes a spec may have: twice what one StartRanks may weigh, room
+// for the spec's field headers beside the message's own (a StartRanks made
+// of millions of empty env entries could still come to more). The agent
+// fails such a rank to start with the reason; the shim refuses to read it.
+inline constexpr size_t kMaxSpecBytes = 2 * size_t{kMaxSchedulerToAgentBytes};
+
+// Fields "<name> <length>\n<value>\n", ending with the field "end".
 std::string EncodeSpec(const Spec& spec);
-// False (and `error` set) when `data` is not a whole spec.
+// False (and `error` set, in words with the bad bytes escaped) when `data`
+// is not a whole spec: over kMaxSpecBytes, a field cut short or not ended by
+// a newline, no "end", a number out of its field's range, a flag other than
+// 0 or 1, a version other than 1, or no argv, program or working directory.
+// Fields it does not know (a newer agent's) are skipped.
 bool DecodeSpec(absl::string_view data, Spec* spec, std::string* error);
 
 // The `status` file.
@@ -113,7 +127,13 @@ struct Status {
   std::string message;  // kFailed: what to fix
 };
 
+// "key value" lines, the message C-escaped onto one line.
 std::string EncodeStatus(const Status& status);
+// False when `data` has no known phase, or a rank that ran (running,
+// exited, done) has no pid > 1. Lenient otherwise, so that an agent reads
+// the status of another version's shim: a missing or unreadable number is
+// 0, a message that does not unescape is taken as it is, and unknown keys
+// are skipped.
 bool DecodeStatus(absl::string_view data, Status* status);
 
 // "key value" lines (a value runs to the end of its line).
