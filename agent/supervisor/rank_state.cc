@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/log.h"
 #include "agent/shim/rank_shim.h"
+#include "agent/supervisor/launch_spec.h"
 #include "agent/supervisor/supervisor.h"
 #include "agent/supervisor/supervisor_internal.h"
 #include "common/duration.h"
@@ -29,7 +30,6 @@ namespace xl::agent {
 using internal::CloseFd;
 using internal::GroupAlive;
 using internal::ReadChunkEnds;
-using internal::SafePathComponent;
 using internal::ShimGone;
 
 void Supervisor::Adopt() {

@@ -1,3 +1,6 @@
+// Over 600 lines because the loop, stops, reaping, exits and attempts share
+// processes_ and attempts_: the next cut is into types with state of their
+// own (review 2026-12 §4.4), not Supervisor:: methods spread over files.
 #include "agent/supervisor/supervisor.h"
 
 #include <fcntl.h>
@@ -27,6 +30,7 @@
 #include "agent/monotonic_wait.h"
 #include "agent/shim/exec_child.h"
 #include "agent/shim/rank_shim.h"
+#include "agent/supervisor/launch_spec.h"
 #include "agent/supervisor/supervisor_internal.h"
 #include "common/duration.h"
 #include "common/status.h"
@@ -44,7 +48,6 @@ struct Supervisor::Command {
 
 using internal::CloseFd;
 using internal::GroupAlive;
-using internal::SafePathComponent;
 using internal::ShimGone;
 
 namespace {
@@ -135,6 +138,17 @@ absl::Status MakeTraversableDir(const std::string& path,
         "cannot set the mode of ", what, " ", path, ": ", ErrnoString(errno)));
   }
   return absl::OkStatus();
+}
+
+// What a rank may take of the agent's environment (kInheritedEnv), as it
+// is at this launch.
+std::map<std::string, std::string> InheritedAgentEnv() {
+  std::map<std::string, std::string> env;
+  for (const char* name : kInheritedEnv) {
+    const char* value = getenv(name);  // NOLINT(concurrency-mt-unsafe)
+    if (value != nullptr) env[name] = value;
+  }
+  return env;
 }
 
 }  // namespace
@@ -234,6 +248,16 @@ absl::Status Supervisor::Start() {
   }
   started_ = true;
   boot_id_ = shim::BootId();
+  launch_settings_.work_dir = options_.work_dir;
+  launch_settings_.scratch_dir = options_.scratch_dir;
+  launch_settings_.train_binary = options_.train_binary;
+  launch_settings_.run_as = options_.run_as;
+  launch_settings_.rank_open_files = options_.rank_open_files;
+  launch_settings_.default_grace = options_.default_grace;
+  launch_settings_.default_memory_bytes = options_.default_memory_bytes;
+  launch_settings_.default_max_processes = options_.default_max_processes;
+  launch_settings_.state_dir = state_dir_;
+  launch_settings_.boot_id = boot_id_;
   Adopt();
   UpdateLiveness();
   thread_ = std::thread([this] { Loop(); });
@@ -651,13 +675,8 @@ void Supervisor::HandleStartRanks(const v1::StartRanks& request) {
     Settle(request);
   };
   if (refuse_starts_) return fail_all("the agent is shutting down");
-  if (!SafePathComponent(request.job_id())) {
-    return fail_all(absl::StrCat("job id \"", request.job_id(),
-                                 "\" cannot name a directory; the scheduler "
-                                 "must send a plain id"));
-  }
-  if (request.argv_size() == 0 || request.argv(0).empty()) {
-    return fail_all("empty command; set command in the job spec");
+  if (absl::Status launchable = CheckStartRanks(request); !launchable.ok()) {
+    return fail_all(std::string(launchable.message()));
   }
   // A stale assignment (an older attempt than one already seen) never runs.
   for (const auto& [key, process] : processes_) {
@@ -732,83 +751,28 @@ void Supervisor::Launch(const v1::StartRanks& request,
                        std::string(prepared.status().message()));
   }
   const Attempt& attempt = **prepared;
-  const RankUser& user = attempt.user;
+  AttemptPlace place;
+  place.user = attempt.user;
+  place.tmp_dir = attempt.tmp_dir;
+  if (attempt.cgroup != nullptr) {
+    place.has_cgroup = true;
+    place.cgroup.procs_files = attempt.cgroup->ProcsFiles();
+    place.cgroup.dir = attempt.cgroup->main_dir();
+    place.cgroup.memory_limit = attempt.cgroup->memory_limit();
+  }
   // What may wait on a filesystem (directories, the PATH lookup, exec) is
   // the shim's to do: a hung mount stops one rank's start, not the agent.
-  shim::Spec spec;
-  spec.job_id = job_id;
-  spec.attempt = request.attempt();
-  spec.rank = launch.rank();
-  spec.lease_file = state_dir_ + "/lease";
-  absl::Duration grace = FromProto(request.grace_period());
-  if (grace <= absl::ZeroDuration()) grace = options_.default_grace;
-  spec.grace_ms = absl::ToInt64Milliseconds(grace);
-  spec.dir = request.working_dir();
-  if (spec.dir.empty()) {
-    // jobs/ lets every user through to their own job's directory only.
-    const std::string job_dir = absl::StrCat(options_.work_dir, "/jobs/", job_id);
-    spec.dir = absl::StrCat(job_dir, "/", request.attempt());
-    const std::string fix = "; check the agent's --work-dir";
-    spec.dirs.push_back({options_.work_dir + "/jobs", 0711, false,
-                         "jobs directory", fix});
-    spec.dirs.push_back({job_dir, 0700, true, "job directory", fix});
-    spec.dirs.push_back({spec.dir, 0700, true, "working directory", fix});
+  const shim::Spec spec = BuildRankSpec(request, launch, launch_settings_,
+                                        place, InheritedAgentEnv());
+  const std::string encoded = shim::EncodeSpec(spec);
+  if (encoded.size() > shim::kMaxSpecBytes) {
+    // The shim would refuse it; the job can fix it, the node cannot.
+    return FailToStart(
+        request, launch.rank(),
+        absl::StrCat("the rank's command and environment come to ",
+                     encoded.size(), " bytes; at most ", shim::kMaxSpecBytes,
+                     " go to a rank; put large data in a file the job reads"));
   }
-
-  // The job's shared part first; the rank's own entries win.
-  std::map<std::string, std::string> env(request.env().begin(),
-                                         request.env().end());
-  for (const auto& [name, value] : launch.env()) env[name] = value;
-  if (env.find("XL_CHECKPOINT_DIR") == env.end()) {
-    const std::string all = absl::StrCat(options_.scratch_dir, "/checkpoints");
-    std::string checkpoints = absl::StrCat(all, "/", job_id);
-    const std::string fix = "; fix the scratch path in the node's inventory";
-    spec.dirs.push_back({all, 0711, false, "checkpoint directory", fix});
-    spec.dirs.push_back(
-        {checkpoints, 0700, true, "checkpoint directory", fix});
-    env["XL_CHECKPOINT_DIR"] = checkpoints;
-  }
-  env["XL_METRICS_FD"] = absl::StrCat(kMetricsFd);
-  env.emplace("TMPDIR", attempt.tmp_dir);
-  if (options_.run_as == RunAs::kSubmitter) {
-    env.emplace("HOME", user.home);
-    env.emplace("USER", user.name);
-    env.emplace("LOGNAME", user.name);
-  }
-  for (const char* name : {"PATH", "HOME", "LANG"}) {
-    const char* value = getenv(name);  // NOLINT(concurrency-mt-unsafe)
-    if (value != nullptr && env.find(name) == env.end()) env[name] = value;
-  }
-  spec.program = request.argv(0);
-  if (spec.program == "xl-train" && !options_.train_binary.empty()) {
-    spec.program = options_.train_binary;
-  }
-  auto path_it = env.find("PATH");
-  spec.search_path = path_it == env.end() ? "/usr/bin:/bin" : path_it->second;
-  for (const auto& [k, v] : env) spec.env.push_back(absl::StrCat(k, "=", v));
-  spec.argv.assign(request.argv().begin(), request.argv().end());
-  spec.change_user = options_.run_as == RunAs::kSubmitter;
-  spec.uid = user.uid;
-  spec.gid = user.gid;
-  spec.groups.assign(user.groups.begin(), user.groups.end());
-  spec.user_name = user.name;
-  if (attempt.cgroup != nullptr) {
-    spec.cgroup_procs = attempt.cgroup->ProcsFiles();
-    spec.cgroup_dir = attempt.cgroup->main_dir();
-  }
-  spec.checkpoint_dir = request.checkpoint_dir();
-  spec.open_files = options_.rank_open_files;
-  const std::string cgroup_name =
-      absl::StrCat(job_id, "-", request.attempt());
-  spec.record = absl::StrCat(
-      "job ", job_id, "\nattempt ", request.attempt(), "\nrank ",
-      launch.rank(), "\ngrace_ms ", spec.grace_ms, "\nuser ", user.name,
-      "\nuid ", user.uid, "\ngid ", user.gid, "\ntmp_dir ", attempt.tmp_dir,
-      "\nboot ", boot_id_, "\n",
-      attempt.cgroup != nullptr
-          ? absl::StrCat("cgroup ", cgroup_name, "\nmemory_limit ",
-                         attempt.cgroup->memory_limit(), "\n")
-          : "");
 
   auto node_fault = [&](const std::string& what) {
     FailToStart(request, launch.rank(),
@@ -827,8 +791,7 @@ void Supervisor::Launch(const v1::StartRanks& request,
   // The record first: a successor finds every rank whose shim may have
   // started (the shim adds its pid to it).
   if (!shim::WriteFileAtomically(dir + "/" + shim::kRecord, spec.record) ||
-      !shim::WriteFileAtomically(dir + "/" + shim::kSpec,
-                                 shim::EncodeSpec(spec))) {
+      !shim::WriteFileAtomically(dir + "/" + shim::kSpec, encoded)) {
     return node_fault(absl::StrCat("cannot write ", dir));
   }
   // Held by the shim as long as it lives (rank_shim.h).
@@ -862,7 +825,7 @@ void Supervisor::Launch(const v1::StartRanks& request,
   process->key = RankKey(job_id, request.attempt(), launch.rank());
   process->dir = dir;
   process->shim_pid = pid;
-  process->grace = grace;
+  process->grace = RankGrace(request, options_.default_grace);
   shims_[pid] = process.get();
   Process& raw = *process;
   processes_[process->key] = std::move(process);
@@ -905,9 +868,7 @@ absl::StatusOr<Supervisor::Attempt*> Supervisor::PrepareAttempt(
                            "refuses jobs as root; submit as an unprivileged "
                            "user, or start xl-agent with --allow-root-jobs"));
   }
-  const std::string name =
-      absl::StrCat(request.job_id(), "-", request.attempt());
-  attempt->tmp_dir = absl::StrCat(options_.work_dir, "/tmp/", name);
+  attempt->tmp_dir = AttemptTmpDir(options_.work_dir, request);
   // Whatever an agent that died left there belongs to no one now.
   std::error_code ec;
   std::filesystem::remove_all(attempt->tmp_dir, ec);
@@ -921,15 +882,9 @@ absl::StatusOr<Supervisor::Attempt*> Supervisor::PrepareAttempt(
         absl::StrCat(made.message(), "; check the agent's --work-dir"));
   }
   if (options_.cgroups.version != CgroupVersion::kNone) {
-    v1::ResourceLimits limits = request.limits();
-    if (limits.memory_bytes() == 0) {
-      limits.set_memory_bytes(options_.default_memory_bytes);
-    }
-    if (limits.max_processes() == 0) {
-      limits.set_max_processes(options_.default_max_processes);
-    }
-    absl::StatusOr<std::unique_ptr<JobCgroup>> cgroup =
-        JobCgroup::Create(options_.cgroups, name, limits);
+    absl::StatusOr<std::unique_ptr<JobCgroup>> cgroup = JobCgroup::Create(
+        options_.cgroups, AttemptName(request.job_id(), request.attempt()),
+        AttemptLimits(request, launch_settings_));
     if (!cgroup.ok()) {
       std::filesystem::remove_all(attempt->tmp_dir, ec);
       return absl::FailedPreconditionError(absl::StrCat(

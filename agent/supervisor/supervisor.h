@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "agent/isolation/cgroup.h"
 #include "agent/isolation/user.h"
+#include "agent/supervisor/launch_spec.h"
 #include "common/clock.h"
 #include "xl/v1/agent.pb.h"
 #include "xl/v1/job.pb.h"
@@ -181,13 +182,12 @@ class Supervisor : public RankController {
   // events). Running ranks of older attempts of the job are SIGKILLed first,
   // and the new ones start once they are gone. A (job, attempt, rank) the
   // supervisor already knows is not started again; its status is re-sent.
-  // A rank's environment is request.env with the rank's own env over it,
-  // plus XL_CHECKPOINT_DIR, XL_METRICS_FD, TMPDIR (a directory private to
-  // the attempt, removed after it) and PATH and LANG from the agent unless
-  // given; HOME, USER and LOGNAME are the rank's user's (HOME the agent's
-  // when ranks run as the agent). Ranks run as options.run_as says, in the
+  // A rank's environment, program, directories and user are what
+  // BuildRankSpec (launch_spec.h) says; its TMPDIR is private to the
+  // attempt and removed after it. Ranks run as options.run_as says, in the
   // attempt's cgroup when there are cgroups; the default working and
-  // checkpoint directories belong to the rank's user, mode 0700.
+  // checkpoint directories belong to the rank's user, mode 0700. A start
+  // whose spec is over shim::kMaxSpecBytes fails to start.
   void StartRanks(const v1::StartRanks& request) override;
 
   // Sends SIGTERM to the process group of every rank of the job whose attempt
@@ -371,6 +371,8 @@ class Supervisor : public RankController {
 
   std::string state_dir_;
   std::string boot_id_;
+  // options_ and the two above, as every launch needs them (set by Start).
+  LaunchSettings launch_settings_;
   // inotify on the ranks' state directories.
   int inotify_ = -1;
   // flock'd while this supervisor runs (<state>/agent.lock).

@@ -122,17 +122,6 @@ inline bool GroupAlive(pid_t pgid) {
   return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM);
 }
 
-// Job ids become path components.
-inline bool SafePathComponent(const std::string& s) {
-  if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos) {
-    return false;
-  }
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-  }
-  return true;
-}
-
 // True when no xl-rank-shim holds the rank directory's lock (it is gone,
 // or it never started).
 inline bool ShimGone(const std::string& dir) {
