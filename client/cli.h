@@ -1,7 +1,8 @@
 // The xlctl command line: flags and subcommands (CLI11), the environment
 // variables that stand in for global flags, and the dispatch of one parsed
 // invocation to Commands. Parsing is separate from running so tests can check
-// what a command line means without a scheduler.
+// what a command line means without a scheduler. The subcommands are
+// declared in cli_*.cc (cli_subcommands.h); cli_run.cc runs an invocation.
 // Not thread-safe: one CommandLine per invocation.
 #ifndef XL_CLIENT_CLI_H_
 #define XL_CLIENT_CLI_H_
@@ -92,12 +93,13 @@ class CommandLine {
   const Invocation& invocation() const { return invocation_; }
 
  private:
+  // Copies what the parse left in flags_ into invocation_.
   void Resolve();
-  void AddPlanCommand(CLI::App* plan);
 
   std::unique_ptr<CLI::App> app_;
   Invocation invocation_;
-  // Flags whose presence matters (an override is applied only when given).
+  // Flags whose presence matters (an override is applied only when given)
+  // and the subcommands, to name the one parsed.
   struct Flags;
   std::unique_ptr<Flags> flags_;
 };
