@@ -26,6 +26,9 @@
 
 namespace xl::store {
 
+// The row id of a job id ("42" -> 42); -1 when it is not a number.
+int64_t JobRowId(const std::string& id);
+
 struct StoreOptions {
   // PRAGMA synchronous: FULL (the default) syncs the WAL at every commit, so
   // an acknowledged write survives power loss. Tests of that fence set OFF
