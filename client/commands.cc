@@ -1,3 +1,5 @@
+// Over 600 lines: one function per xlctl verb that calls the API, each a
+// short request, call and print; output.cc formats.
 #include "client/commands.h"
 
 #include <signal.h>

@@ -1,3 +1,5 @@
+// Over 600 lines: cgroup v1 and v2 side by side (detection, limits, peak
+// memory, kill, removal), each operation next to its other version.
 #include "agent/isolation/cgroup.h"
 
 #include <fcntl.h>

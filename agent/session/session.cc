@@ -1,3 +1,6 @@
+// Over 600 lines: the stream's one state machine (connect, register,
+// reconcile, heartbeats, the bounded outbox and its acknowledgements, the
+// lease); splitting it would spread the transitions of one state.
 #include "agent/session/session.h"
 
 #include <algorithm>

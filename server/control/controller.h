@@ -1,3 +1,8 @@
+// Over 600 lines: the declaration of the one class whose methods are
+// spread over control/*.cc by concern (job_api, job_reads, queue_api,
+// fair_share, agent_sessions, exits, pass, dry_run, ...); its durable state
+// is state::Model and every change goes through Apply (effects.h).
+//
 // Controller: the scheduler's control loop. It owns the in-memory model
 // (server/state: jobs, nodes, the resource ledger, ports), rebuilt from the
 // Store at start; turns API calls and agent messages into transitions of

@@ -1,3 +1,6 @@
+// Over 600 lines: one HTTP front per API call of the dashboard's JSON API,
+// each a few lines of mapping to the same controller call the gRPC service
+// makes; the next cut is one file per service, as service/ has for gRPC.
 #include "server/service/http_gateway.h"
 
 #include <google/protobuf/descriptor.h>

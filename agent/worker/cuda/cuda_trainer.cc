@@ -1,3 +1,5 @@
+// Over 600 lines: the GPU loop's set-up (model, buckets, streams, resume)
+// and its step are one function's state; resume is loop/resume.cc.
 // The GPU training loop; see cuda_trainer.h. Per step: the batch (made
 // ahead by BatchProducer's host threads) is copied on the copy stream;
 // forward and backward run on the compute stream; after each bucket's last
