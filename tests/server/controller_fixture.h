@@ -10,17 +10,60 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "server/control/controller.h"
 #include "server/store/faulty_store.h"
 #include "server/store/sqlite_store.h"
 
 namespace xl::control {
+
+// The answer of one of the controller's asynchronous calls (its `done`
+// callback), to wait for after the call: give the call Callback(), then
+// Wait(). Callback() must outlive nothing but the object.
+template <typename T>
+class Answer {
+ public:
+  std::function<void(T)> Callback() {
+    return [this](T r) {
+      absl::MutexLock lock(&mu_);
+      value_.emplace(std::move(r));
+    };
+  }
+  // Whether the call has answered.
+  bool answered() {
+    absl::MutexLock lock(&mu_);
+    return value_.has_value();
+  }
+  // Blocks until the call has answered; returns the answer.
+  T Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &Answer::Has));
+    return *value_;
+  }
+
+ private:
+  bool Has() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return value_.has_value();
+  }
+  absl::Mutex mu_;
+  std::optional<T> value_ ABSL_GUARDED_BY(mu_);
+};
+
+// Makes an asynchronous call with `start(callback)` and waits for its
+// answer.
+template <typename T, typename Start>
+T Sync(Start start) {
+  Answer<T> answer;
+  start(answer.Callback());
+  return answer.Wait();
+}
 
 class FakeConnection : public AgentConnection {
  public:
@@ -169,18 +212,10 @@ class ControllerTest : public ::testing::Test {
   }
   absl::StatusOr<v1::SubmitJobResponse> SubmitRequest(
       const v1::SubmitJobRequest& req) {
-    absl::Mutex mu;
-    bool done = false;
-    absl::StatusOr<v1::SubmitJobResponse> out;
-    controller_->Submit(scheduler::Submitter{user_, groups_, admin_}, req,
-                        [&](absl::StatusOr<v1::SubmitJobResponse> r) {
-      absl::MutexLock lock(&mu);
-      out = std::move(r);
-      done = true;
+    return Sync<absl::StatusOr<v1::SubmitJobResponse>>([&](auto done) {
+      controller_->Submit(scheduler::Submitter{user_, groups_, admin_}, req,
+                          std::move(done));
     });
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-    return out;
   }
 
   static v1::RankStatus Status(const std::string& job, int attempt, int rank,
@@ -208,19 +243,11 @@ class ControllerTest : public ::testing::Test {
     controller_->AgentMessage(node, conn, msg);
   }
   absl::Status CancelSync(const std::string& id) {
-    absl::Mutex mu;
-    bool done = false;
-    absl::Status out;
     v1::CancelJobRequest req;
     req.set_job_id(id);
-    controller_->Cancel("alice", req, [&](absl::StatusOr<v1::Job> j) {
-      absl::MutexLock lock(&mu);
-      out = j.status();
-      done = true;
-    });
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-    return out;
+    return Sync<absl::StatusOr<v1::Job>>([&](auto done) {
+             controller_->Cancel("alice", req, std::move(done));
+           }).status();
   }
 
   v1::JobState WaitState(const std::string& id, v1::JobState want) {

@@ -116,19 +116,10 @@ TEST_F(ControllerTest, AFailedWriteChangesNothingAClientOrAgentSees) {
   EXPECT_EQ(jobs(), jobs_before);
   // A drain.
   recover();
-  absl::Mutex mu;
-  bool done = false;
-  absl::Status drain;
-  controller_->SetDrained("a", true, "maintenance",
-                          [&](absl::StatusOr<v1::Node> n) {
-                            absl::MutexLock lock(&mu);
-                            drain = n.status();
-                            done = true;
-                          });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-  }
+  const absl::Status drain =
+      Sync<absl::StatusOr<v1::Node>>([&](auto done) {
+        controller_->SetDrained("a", true, "maintenance", std::move(done));
+      }).status();
   EXPECT_EQ(drain.code(), absl::StatusCode::kUnavailable) << drain;
   EXPECT_FALSE(drained()) << "a reader saw a drain that was not recorded";
   EXPECT_EQ(jobs(), jobs_before);
@@ -154,17 +145,10 @@ TEST_F(ControllerTest, AFailedWriteChangesNothingAClientOrAgentSees) {
   recover();
   v1::PutQueueRequest put;
   put.mutable_spec()->set_name("research");
-  done = false;
-  absl::Status queue;
-  controller_->PutQueue("root", put, [&](absl::StatusOr<v1::Queue> q) {
-    absl::MutexLock lock(&mu);
-    queue = q.status();
-    done = true;
-  });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-  }
+  const absl::Status queue =
+      Sync<absl::StatusOr<v1::Queue>>([&](auto done) {
+        controller_->PutQueue("root", put, std::move(done));
+      }).status();
   EXPECT_EQ(queue.code(), absl::StatusCode::kUnavailable) << queue;
   EXPECT_EQ(queues(), queues_before) << "a reader saw an unrecorded queue";
   EXPECT_FALSE(controller_->GetQueueSpec("research").ok());
@@ -190,20 +174,12 @@ TEST_F(ControllerTest, ADrainBeingWrittenStopsNewWorkAtOnce) {
   auto a = AddNode("a", 1);
   std::string id = Submit(1, 1);  // committed, not yet placed
   faulty_->Pause();
-  absl::Mutex mu;
-  bool done = false;
-  controller_->SetDrained("a", true, "swap a disk",
-                          [&](absl::StatusOr<v1::Node> n) {
-                            EXPECT_TRUE(n.ok()) << n.status();
-                            absl::MutexLock lock(&mu);
-                            done = true;
-                          });
+  Answer<absl::StatusOr<v1::Node>> drained;
+  controller_->SetDrained("a", true, "swap a disk", drained.Callback());
   controller_->Tick();  // a pass, the drain not yet on disk
   faulty_->Resume();
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-  }
+  const absl::StatusOr<v1::Node> node = drained.Wait();
+  EXPECT_TRUE(node.ok()) << node.status();
   Settle();
   EXPECT_EQ(a->Count(Msg::kStartRanks), 0) << "a job started on a drained node";
   EXPECT_EQ(controller_->GetJob(id)->state(), v1::PENDING);
@@ -686,22 +662,13 @@ TEST_F(ControllerTest, AStatusDuringAnUnrecordedCancelStopsNothing) {
   store_->Write([](store::Tx&) { usleep(200000); return absl::OkStatus(); },
                 nullptr);
   faulty_->FailWrites(DiskFull());
-  absl::Mutex mu;
-  bool done = false;
-  absl::Status out;
   v1::CancelJobRequest req;
   req.set_job_id(id);
-  controller_->Cancel("alice", req, [&](absl::StatusOr<v1::Job> j) {
-    absl::MutexLock l(&mu);
-    out = j.status();
-    done = true;
-  });
+  Answer<absl::StatusOr<v1::Job>> cancelled;
+  controller_->Cancel("alice", req, cancelled.Callback());
   // The rank reports again while the cancel's write is still in flight.
   Report("a", a.get(), id, 1, 0, v1::RANK_RUNNING);
-  {
-    absl::MutexLock l(&mu);
-    mu.Await(absl::Condition(&done));
-  }
+  const absl::Status out = cancelled.Wait().status();
   Settle();
   EXPECT_EQ(out.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(a->Count(Msg::kStopJob), 0)

@@ -20,30 +20,13 @@ class QueuesTest : public ControllerTest {
     v1::PutQueueRequest req;
     *req.mutable_spec() = spec;
     req.set_expected_version(expected_version);
-    absl::Mutex mu;
-    bool done = false;
-    absl::StatusOr<v1::Queue> out;
-    controller_->PutQueue(by, req, [&](absl::StatusOr<v1::Queue> q) {
-      absl::MutexLock lock(&mu);
-      out = std::move(q);
-      done = true;
-    });
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-    return out;
+    return Sync<absl::StatusOr<v1::Queue>>(
+        [&](auto done) { controller_->PutQueue(by, req, std::move(done)); });
   }
   absl::Status Delete(const std::string& name) {
-    absl::Mutex mu;
-    bool done = false;
-    absl::Status out;
-    controller_->DeleteQueue("root", name, [&](absl::Status st) {
-      absl::MutexLock lock(&mu);
-      out = std::move(st);
-      done = true;
+    return Sync<absl::Status>([&](auto done) {
+      controller_->DeleteQueue("root", name, std::move(done));
     });
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-    return out;
   }
   // An elastic job of 1 to `nodes` nodes of 8 GPUs (ranks_per_node 0: one
   // rank per GPU); its id.
@@ -218,31 +201,19 @@ TEST_F(QueuesTest, ASubmitDuringTheQueuesDeleteIsRefused) {
   v1::QueueSpec spec;
   spec.set_name("research");
   ASSERT_TRUE(Put(spec).ok());
-  absl::Mutex mu;
-  bool deleted = false;
+  Answer<absl::Status> deleted;
   faulty_->Pause();  // the delete is on its way while the submit comes
-  controller_->DeleteQueue("root", "research", [&](absl::Status st) {
-    EXPECT_TRUE(st.ok()) << st;
-    absl::MutexLock lock(&mu);
-    deleted = true;
-  });
-  bool submitted = false;
-  absl::StatusOr<v1::SubmitJobResponse> job;
+  controller_->DeleteQueue("root", "research", deleted.Callback());
+  Answer<absl::StatusOr<v1::SubmitJobResponse>> submitted;
   v1::SubmitJobRequest req;
   req.mutable_spec()->add_command("/bin/true");
   req.mutable_spec()->set_queue("research");
   controller_->Submit(scheduler::Submitter{user_, groups_, admin_}, req,
-                      [&](absl::StatusOr<v1::SubmitJobResponse> r) {
-                        absl::MutexLock lock(&mu);
-                        job = std::move(r);
-                        submitted = true;
-                      });
+                      submitted.Callback());
   faulty_->Resume();
-  {
-    absl::MutexLock lock(&mu);
-    auto both = [&] { return deleted && submitted; };
-    mu.Await(absl::Condition(&both));
-  }
+  const absl::Status delete_status = deleted.Wait();
+  EXPECT_TRUE(delete_status.ok()) << delete_status;
+  const absl::StatusOr<v1::SubmitJobResponse> job = submitted.Wait();
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument)
       << job.status();
   EXPECT_EQ(job.status().message().find("default, research"),
@@ -280,21 +251,13 @@ TEST_F(QueuesTest, QueuesAdmitTheirOwnAndPriorityIsTheAdminsToGive) {
   const std::string id = alices->job_id();
 
   auto set = [&](int priority) {
-    absl::Mutex mu;
-    bool done = false;
-    absl::StatusOr<v1::Job> out;
     v1::SetJobPriorityRequest req;
     req.set_job_id(id);
     req.set_priority(priority);
     req.set_reason("deadline");
-    controller_->SetPriority("root", req, [&](absl::StatusOr<v1::Job> j) {
-      absl::MutexLock lock(&mu);
-      out = std::move(j);
-      done = true;
+    return Sync<absl::StatusOr<v1::Job>>([&](auto done) {
+      controller_->SetPriority("root", req, std::move(done));
     });
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
-    return out;
   };
   auto raised = set(100);
   ASSERT_TRUE(raised.ok()) << raised.status();
