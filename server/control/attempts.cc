@@ -15,6 +15,7 @@
 #include "server/control/controller.h"
 #include "server/control/telemetry.h"
 #include "server/control/launch.h"
+#include "server/state/lifecycle.h"
 
 namespace xl::control {
 namespace {
@@ -47,79 +48,47 @@ absl::StatusOr<v1::JobEvent> Controller::Transition(JobRecord* rec,
   return e;
 }
 
-void Controller::CloseAttempt(JobRecord* rec) {
-  v1::Job& job = rec->job;
-  if (job.master_port() > 0) model_.ports.Release(job.master_addr(), job.master_port());
-  rendezvous_.Close(job.id());
+void Controller::ObserveEvents(const std::vector<v1::JobEvent>& events) {
+  if (opts_.telemetry == nullptr) return;
+  for (const auto& e : events) {
+    if (e.to_state() != e.from_state()) {
+      opts_.telemetry->ObserveTransition(e.to_state());
+    }
+  }
+}
+
+absl::Status Controller::Recorded(JobRecord* rec,
+                                  absl::StatusOr<state::Step>* step,
+                                  std::function<void()> then,
+                                  std::function<void(absl::Status)> answer) {
+  if (!step->ok()) {
+    Log(step->status().ToString());
+    if (answer) answer(step->status());
+    return step->status();
+  }
+  state::Step& s = **step;
+  ObserveEvents(s.events);
+  if (s.attempt_closed) rendezvous_.Close(rec->job.id());
+  Effects effects = JobEffects(rec, s.events, std::move(then),
+                               std::move(answer));
+  for (auto& c : s.extra) effects.changes.push_back(std::move(c));
+  effects.sends = std::move(s.stops);
+  Apply(std::move(effects));
+  return absl::OkStatus();
 }
 
 void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
-  v1::Job& job = rec->job;
-  const auto& res = job.spec().resources();
-  const int rpn = res.ranks_per_node();
-  // Rank 0 stays on the node it was on where that node is in the new
-  // placement (the ring rotated): a checkpoint rank 0 wrote to the node's
-  // scratch is found again after a requeue or an elastic resize.
-  if (!rec->last_first_node.empty()) {
-    auto first = std::find_if(
-        placement.shares.begin(), placement.shares.end(),
-        [&](const scheduler::NodeShare& s) {
-          return s.node == rec->last_first_node;
-        });
-    std::rotate(placement.shares.begin(), first, placement.shares.end());
+  const std::string token = RandomToken();
+  auto step = state::Start(&model_, rec, std::move(placement), token, Now());
+  if (!step.ok()) {
+    Recorded(rec, &step);
+    return;
   }
-  rec->restart_request.reset();
-  // An elastic job's world is the nodes it got.
-  job.set_world_size(static_cast<int32_t>(placement.shares.size()) * rpn);
-  job.clear_allocations();
-  job.clear_rank_exits();
-  std::vector<std::string> names;
-  std::vector<store::StoredHold> holds;
-  for (size_t g = 0; g < placement.shares.size(); ++g) {
-    const auto& share = placement.shares[g];
-    NodeRecord* node = model_.nodes.Find(share.node);
-    names.push_back(share.node);
-    v1::Allocation* a = job.add_allocations();
-    a->set_node(share.node);
-    for (int32_t gpu : share.gpu_indices) a->add_gpu_indices(gpu);
-    a->set_group_rank(static_cast<int32_t>(g));
-    a->set_address(node != nullptr ? node->address : "");
-    a->set_cpus(share.cpus);
-    a->set_memory_bytes(share.memory_bytes);
-    a->set_nvme_bytes(share.nvme_bytes);
-    a->set_nic_gbps(share.nic_gbps);
-    state::Hold hold;
-    hold.job_id = rec->id;
-    hold.attempt = job.attempt();
-    hold.share = share;
-    for (int l = 0; l < rpn; ++l) {
-      int rank = static_cast<int>(g) * rpn + l;
-      a->add_ranks(rank);
-      hold.live_ranks.insert(rank);
-      hold.all_ranks.push_back(rank);
-    }
-    model_.ledger.AddHold(share.node, std::move(hold));
-    holds.push_back({rec->id, job.attempt(), *a});
-  }
-  job.set_master_addr(job.allocations(0).address());
-  job.set_master_port(model_.ports.Allocate(job.master_addr()));
-  *job.mutable_start_time() = ToProtoTime(clock_->Now());
-  rec->start_mono = clock_->MonotonicNow();
-  job.clear_end_time();
-  job.set_exit_code(0);
-  rec->ranks.clear();
-  rec->ranks_succeeded = 0;
-  rec->stopping = false;
-  rec->token = RandomToken();
-
-  auto e = Transition(rec, v1::SCHEDULED,
-                      absl::StrCat("placed on ", absl::StrJoin(names, ", ")));
-  if (!e.ok()) return;
+  const std::vector<store::StoredHold> holds = step->holds;
   const int64_t id = rec->id;
-  const int32_t attempt = job.attempt();
-  const std::string token = rec->token;
-  Effects effects = JobEffects(
-      rec, {*e},
+  const int32_t attempt = rec->job.attempt();
+  Recorded(
+      rec, &step,
       [this, id, attempt, token, holds] {
         // Decisions go to the agents only once they are durable.
         absl::MutexLock lock(&mu_);
@@ -174,11 +143,6 @@ void Controller::StartJob(JobRecord* rec, scheduler::Placement placement) {
                       /*spend_retry=*/false);
         }
       });
-  effects.changes.push_back(store::change::PutToken{id, token});
-  for (const auto& h : holds) {
-    effects.changes.push_back(store::change::PutHold{h});
-  }
-  Apply(std::move(effects));
 }
 
 absl::Duration Controller::GraceOf(const JobRecord& rec) {
@@ -192,107 +156,36 @@ absl::Duration Controller::LostNodeFence(const JobRecord& rec) const {
          GraceOf(rec) + opts_.heartbeat_interval;
 }
 
-Sends Controller::StopMessages(const JobRecord& rec,
-                                           const std::string& why) {
-  Sends sends;
-  for (const auto& a : rec.job.allocations()) {
-    NodeRecord* node = model_.nodes.Find(a.node());
-    if (node == nullptr || !node->conn) continue;
-    v1::SchedulerMessage msg;
-    v1::StopJob* stop = msg.mutable_stop_job();
-    stop->set_job_id(rec.job.id());
-    stop->set_attempt(rec.job.attempt());
-    *stop->mutable_grace_period() = rec.job.spec().grace_period();
-    stop->set_reason(why);
-    sends.emplace_back(node->conn, std::move(msg));
-  }
-  return sends;
-}
-
 void Controller::EndJob(JobRecord* rec, v1::JobState to,
                         const std::string& reason,
                         std::function<void(absl::Status)> answer) {
-  const bool was_active = state::JobTable::IsActive(rec->job.state());
   // The training's last point is kept.
   StoreMetrics(rec);
-  Sends stops;
-  if (was_active && to != v1::SUCCEEDED) stops = StopMessages(*rec, reason);
-  auto e = Transition(rec, to, reason);
-  if (!e.ok()) {
-    if (answer) answer(e.status());
-    return;
+  auto step = state::End(&model_, rec, to, reason, Now());
+  if (Recorded(rec, &step, nullptr, std::move(answer)).ok()) {
+    WakeDependents(*rec);
   }
-  if (was_active) {
-    rec->stopping = true;
-    CloseAttempt(rec);
-  }
-  Effects effects = JobEffects(rec, {*e}, nullptr, std::move(answer));
-  effects.sends = std::move(stops);
-  Apply(std::move(effects));
-  WakeDependents(*rec);
 }
 
 void Controller::FailAttempt(JobRecord* rec, const std::string& why,
                              bool spend_retry, absl::Duration fence,
                              bool preempted) {
   StoreMetrics(rec);  // the attempt's last point is kept
-  v1::Job& job = rec->job;
-  const int used = job.retries_used();
-  if (spend_retry && used >= job.spec().max_retries()) {
-    std::string reason = why;
-    if (job.spec().max_retries() > 0) {
-      absl::StrAppend(&reason, "; no retries left (max_retries ",
-                      job.spec().max_retries(), ")");
-    }
-    EndJob(rec, v1::FAILED, reason);
+  state::Requeue requeue;
+  requeue.why = why;
+  requeue.spend_retry = spend_retry;
+  requeue.fence = fence;
+  requeue.preempted = preempted;
+  auto step = state::EndAttempt(&model_, rec, requeue, Now());
+  const bool requeued = step.ok() && step->requeued;
+  if (!Recorded(rec, &step).ok()) return;
+  if (!requeued) {
+    WakeDependents(*rec);
     return;
   }
-  Sends stops = StopMessages(*rec, why);
-  std::vector<v1::JobEvent> events;
-  if (preempted) {
-    auto ended = Transition(rec, v1::PREEMPTED, why);
-    if (!ended.ok()) return;
-    events.push_back(*ended);
-    job.set_preemptions(job.preemptions() + 1);
-  }
-  std::string reason =
-      spend_retry
-          ? absl::StrCat(why, "; requeued as attempt ", job.attempt() + 1,
-                         " (retry ", used + 1, " of ",
-                         job.spec().max_retries(), ")")
-          : absl::StrCat(why, "; requeued as attempt ", job.attempt() + 1,
-                         " without spending a retry");
-  CloseAttempt(rec);
-  if (job.allocations_size() > 0) {
-    rec->last_first_node = job.allocations(0).node();
-  }
-  if (spend_retry) job.set_retries_used(used + 1);
-  job.set_attempt(job.attempt() + 1);
-  job.clear_allocations();
-  job.clear_master_addr();
-  job.set_master_port(0);
-  job.clear_start_time();
-  job.clear_rank_exits();
-  rec->ranks.clear();
-  rec->ranks_succeeded = 0;
-  rec->stopping = false;
-  rec->token.clear();
-  if (fence > absl::ZeroDuration()) {
-    rec->eligible_mono = clock_->MonotonicNow() + fence;
-    absl::StrAppend(&reason, "; it starts again no sooner than ",
-                    HumanDuration(fence),
-                    " from now, once the lost node's agent has surely "
-                    "stopped its ranks (its lease ran out)");
-  }
-  auto e = Transition(rec, v1::PENDING, reason);
-  if (!e.ok()) return;
-  events.push_back(*e);
   new_pending_.push_back(rec->id);
   pass_needed_ = true;
   wake_ = true;
-  Effects effects = JobEffects(rec, std::move(events));
-  effects.sends = std::move(stops);
-  Apply(std::move(effects));
 }
 
 }  // namespace xl::control

@@ -455,11 +455,7 @@ Effects Controller::JobEffects(JobRecord* rec, std::vector<v1::JobEvent> events,
   const int64_t last_seq = events.empty() ? 0 : events.back().seq();
   const int64_t id = rec->id;
   Effects effects;
-  effects.changes.reserve(1 + events.size());
-  effects.changes.push_back(store::change::PutJob{snapshot});
-  for (auto& e : events) {
-    effects.changes.push_back(store::change::AddEvent{std::move(e)});
-  }
+  effects.changes = state::JobChanges(snapshot, std::move(events));
   effects.apply = [this, id, snapshot, last_seq] {
     mu_.AssertHeld();
     JobRecord* rec = model_.jobs.Find(id);

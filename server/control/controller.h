@@ -60,6 +60,7 @@
 #include "server/state/job_table.h"
 #include "server/state/submit_quota.h"
 #include "server/state/ledger.h"
+#include "server/state/lifecycle.h"
 #include "server/state/model.h"
 #include "server/state/node_table.h"
 #include "server/state/ports.h"
@@ -362,14 +363,25 @@ class Controller {
   void NotifyAllListeners() ABSL_LOCKS_EXCLUDED(listeners_mu_);
 
   // --- job transitions (attempts.cc) ---
+  // A job's life is state/lifecycle.h: functions of the model that say
+  // what to record and whom to tell. These run them and record the result.
   // Records the transition in the model; the caller commits it.
   absl::StatusOr<v1::JobEvent> Transition(JobRecord* rec, v1::JobState to,
                                           const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartJob(JobRecord* rec, scheduler::Placement placement)
+  // Records a lifecycle step through Apply: the job's row and events, the
+  // step's other changes, its stops; `then` and `answer` as for
+  // JobEffects. A refused step is logged and `answer` told; its status is
+  // returned.
+  absl::Status Recorded(JobRecord* rec, absl::StatusOr<state::Step>* step,
+                        std::function<void()> then = nullptr,
+                        std::function<void(absl::Status)> answer = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // StopJob for the current attempt to every connected node of the job.
-  Sends StopMessages(const JobRecord& rec, const std::string& why)
+  void ObserveEvents(const std::vector<v1::JobEvent>& events);
+  state::Now Now() const {
+    return state::Now{clock_->Now(), clock_->MonotonicNow()};
+  }
+  void StartJob(JobRecord* rec, scheduler::Placement placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the attempt: requeue (spending a retry when `spend_retry`) while
   // retries allow, else FAILED; `fence` delays the next start.
@@ -384,8 +396,6 @@ class Controller {
   void EndJob(JobRecord* rec, v1::JobState to, const std::string& reason,
               std::function<void(absl::Status)> answer = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The attempt is over in the model: ports, rendezvous, flags.
-  void CloseAttempt(JobRecord* rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How long a job whose node was lost waits before it runs elsewhere: the
   // rest of the lost node's lease, the job's grace, and a heartbeat.
   absl::Duration LostNodeFence(const JobRecord& rec) const;

@@ -31,8 +31,7 @@
 namespace xl::control {
 
 // Messages to send once a write has committed.
-using Sends = std::vector<
-    std::pair<std::shared_ptr<state::AgentConnection>, v1::SchedulerMessage>>;
+using Sends = state::Sends;
 
 struct Effects {
   store::Changes changes;

@@ -4,7 +4,10 @@
 #ifndef XL_SERVER_STATE_AGENT_CONNECTION_H_
 #define XL_SERVER_STATE_AGENT_CONNECTION_H_
 
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "xl/v1/agent.pb.h"
 
@@ -21,6 +24,11 @@ class AgentConnection {
   // The peer's IP address, for MASTER_ADDR when the agent gives none.
   virtual std::string PeerAddress() const = 0;
 };
+
+// Messages for agents, each with the connection it goes on (sent once what
+// they announce is recorded).
+using Sends = std::vector<
+    std::pair<std::shared_ptr<AgentConnection>, v1::SchedulerMessage>>;
 
 }  // namespace xl::state
 

@@ -1,0 +1,244 @@
+// state/lifecycle.h: a job's life as functions of the model, called with no
+// controller, store, clock or server: what each step changes in the model,
+// what it says to record, whom it says to stop, and that a refused step
+// changes nothing.
+#include "server/state/lifecycle.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace xl::state {
+namespace {
+
+class Recording : public AgentConnection {
+ public:
+  bool Send(const v1::SchedulerMessage&) override { return true; }
+  void Close(const std::string&) override {}
+  std::string PeerAddress() const override { return "10.0.0.9"; }
+};
+
+const Now kNow{absl::FromUnixSeconds(1'000'000), absl::FromUnixSeconds(500)};
+
+store::StoredNode Node(const std::string& name) {
+  store::StoredNode n;
+  n.name = name;
+  n.inventory.set_hostname(name);
+  n.inventory.set_address(name + ".cluster:7071");
+  n.inventory.set_cpus(8);
+  n.inventory.set_memory_bytes(64ll << 30);
+  for (int i = 0; i < 2; ++i) {
+    auto* g = n.inventory.add_gpus();
+    g->set_index(i);
+    g->set_memory_bytes(80ll << 30);
+  }
+  return n;
+}
+
+// Nodes "a" and "b" (2 GPUs each, agents connected); job 7 pending: 2
+// nodes x 1 GPU, one retry.
+class LifecycleTest : public ::testing::Test {
+ protected:
+  LifecycleTest() : model_(29500, 1000) {
+    store::StoredState s;
+    s.nodes = {Node("a"), Node("b")};
+    v1::Job job;
+    job.set_id("7");
+    job.set_user("alice");
+    job.set_state(v1::PENDING);
+    job.set_attempt(1);
+    auto* res = job.mutable_spec()->mutable_resources();
+    res->set_nodes(2);
+    res->set_gpus_per_node(1);
+    res->set_ranks_per_node(1);
+    job.mutable_spec()->set_max_retries(1);
+    s.jobs.push_back(job);
+    v1::JobEvent submitted;
+    submitted.set_job_id("7");
+    submitted.set_seq(1);
+    submitted.set_to_state(v1::PENDING);
+    s.events.push_back(submitted);
+    s.last_job_id = 7;
+    Model::LoadClock clock;
+    clock.now_wall = kNow.wall;
+    clock.now_mono = kNow.mono;
+    model_.Load(&s, clock);
+    for (const char* n : {"a", "b"}) {
+      model_.nodes.Find(n)->conn = std::make_shared<Recording>();
+    }
+    rec_ = model_.jobs.Find(7);
+  }
+
+  static scheduler::Placement OnAAndB() {
+    scheduler::Placement p;
+    p.shares.push_back({"a", {0}, 1, 1 << 30, 0, 0});
+    p.shares.push_back({"b", {1}, 1, 1 << 30, 0, 0});
+    return p;
+  }
+
+  Step Started() {
+    auto step = Start(&model_, rec_, OnAAndB(), "tok", kNow);
+    EXPECT_TRUE(step.ok()) << step.status();
+    return step.ok() ? *std::move(step) : Step{};
+  }
+
+  template <typename T>
+  static int Count(const store::Changes& changes) {
+    int n = 0;
+    for (const auto& c : changes) n += std::holds_alternative<T>(c) ? 1 : 0;
+    return n;
+  }
+
+  Model model_;
+  JobRecord* rec_ = nullptr;
+};
+
+TEST_F(LifecycleTest, StartPlacesTheAttemptAndSaysWhatToRecord) {
+  rec_->last_first_node = "b";  // rank 0 stays where its checkpoint is
+  Step step = Started();
+  const v1::Job& job = rec_->job;
+  EXPECT_EQ(job.state(), v1::SCHEDULED);
+  EXPECT_EQ(job.world_size(), 2);
+  ASSERT_EQ(job.allocations_size(), 2);
+  EXPECT_EQ(job.allocations(0).node(), "b");
+  EXPECT_EQ(job.allocations(0).ranks(0), 0);
+  EXPECT_EQ(job.allocations(1).node(), "a");
+  EXPECT_EQ(job.master_addr(), model_.nodes.Find("b")->address);
+  EXPECT_GE(job.master_port(), 29500);
+  EXPECT_LT(job.master_port(), 30500);
+  EXPECT_EQ(rec_->token, "tok");
+  EXPECT_EQ(rec_->start_mono, kNow.mono);
+  // The ledger holds what the attempt took.
+  const Hold* hold = model_.ledger.FindHold("a", 7, 1);
+  ASSERT_NE(hold, nullptr);
+  EXPECT_EQ(hold->live_ranks.count(1), 1u);
+  EXPECT_EQ(model_.ledger.Capacity("a")->gpu_free, 0b10u);
+  // To record: the event, the token and both holds; nobody to stop.
+  ASSERT_EQ(step.events.size(), 1u);
+  EXPECT_EQ(step.events[0].to_state(), v1::SCHEDULED);
+  EXPECT_EQ(step.events[0].seq(), 2);
+  EXPECT_EQ(Count<store::change::PutToken>(step.extra), 1);
+  EXPECT_EQ(Count<store::change::PutHold>(step.extra), 2);
+  EXPECT_EQ(step.holds.size(), 2u);
+  EXPECT_TRUE(step.stops.empty());
+  // The job's row and its events come first in what is recorded.
+  auto changes = JobChanges(std::make_shared<const v1::Job>(job), step.events);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<store::change::PutJob>(changes[0]));
+  EXPECT_TRUE(std::holds_alternative<store::change::AddEvent>(changes[1]));
+}
+
+TEST_F(LifecycleTest, ARefusedStartChangesNothing) {
+  Started();
+  const std::string before = rec_->job.SerializeAsString();
+  auto again = Start(&model_, rec_, OnAAndB(), "tok2", kNow);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rec_->job.SerializeAsString(), before);
+  EXPECT_EQ(rec_->token, "tok");
+  EXPECT_EQ(model_.ledger.Holds("a").size(), 1u);
+}
+
+TEST_F(LifecycleTest, EndStopsARunningAttempt) {
+  Started();
+  auto cancelled =
+      End(&model_, rec_, v1::CANCELLED, "cancelled by alice", kNow);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(rec_->job.state(), v1::CANCELLED);
+  EXPECT_TRUE(rec_->stopping);
+  EXPECT_TRUE(cancelled->attempt_closed);
+  ASSERT_EQ(cancelled->stops.size(), 2u);
+  const v1::StopJob& stop = cancelled->stops[0].second.stop_job();
+  EXPECT_EQ(stop.job_id(), "7");
+  EXPECT_EQ(stop.attempt(), 1);
+  EXPECT_EQ(stop.reason(), "cancelled by alice");
+  // The holds stay until the ranks are known to be gone.
+  EXPECT_NE(model_.ledger.FindHold("a", 7, 1), nullptr);
+  // Nothing leaves a final state.
+  auto again = End(&model_, rec_, v1::FAILED, "late", kNow);
+  EXPECT_FALSE(again.ok());
+  EXPECT_EQ(rec_->job.state(), v1::CANCELLED);
+}
+
+TEST_F(LifecycleTest, ASuccessfulAttemptStopsNobody) {
+  Started();
+  auto ok = End(&model_, rec_, v1::SUCCEEDED, "all ranks exited 0", kNow);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->stops.empty());  // its ranks are exiting on their own
+  EXPECT_TRUE(ok->attempt_closed);
+}
+
+TEST_F(LifecycleTest, EndAttemptRequeuesSpendingARetry) {
+  Started();
+  Requeue r;
+  r.why = "rank 1 exited 3";
+  auto step = EndAttempt(&model_, rec_, r, kNow);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(step->requeued);
+  EXPECT_TRUE(step->attempt_closed);
+  const v1::Job& job = rec_->job;
+  EXPECT_EQ(job.state(), v1::PENDING);
+  EXPECT_EQ(job.attempt(), 2);
+  EXPECT_EQ(job.retries_used(), 1);
+  EXPECT_EQ(job.allocations_size(), 0);
+  EXPECT_EQ(job.master_port(), 0);
+  EXPECT_TRUE(rec_->token.empty());
+  EXPECT_EQ(rec_->last_first_node, "a");
+  EXPECT_EQ(step->stops.size(), 2u);
+  ASSERT_EQ(step->events.size(), 1u);
+  EXPECT_EQ(step->events[0].reason(),
+            "rank 1 exited 3; requeued as attempt 2 (retry 1 of 1)");
+  // The second failure has no retry left.
+  Started();
+  auto failed = EndAttempt(&model_, rec_, r, kNow);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_FALSE(failed->requeued);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.reason(), "rank 1 exited 3; no retries left (max_retries 1)");
+}
+
+TEST_F(LifecycleTest, APreemptionEndsPreemptedAndSpendsNoRetry) {
+  Started();
+  Requeue r;
+  r.why = "preempted by job 9";
+  r.spend_retry = false;
+  r.preempted = true;
+  auto step = EndAttempt(&model_, rec_, r, kNow);
+  ASSERT_TRUE(step.ok());
+  ASSERT_EQ(step->events.size(), 2u);
+  EXPECT_EQ(step->events[0].to_state(), v1::PREEMPTED);
+  EXPECT_EQ(step->events[1].to_state(), v1::PENDING);
+  EXPECT_EQ(step->events[1].seq(), step->events[0].seq() + 1);
+  EXPECT_EQ(rec_->job.preemptions(), 1);
+  EXPECT_EQ(rec_->job.retries_used(), 0);
+}
+
+TEST_F(LifecycleTest, AFenceDelaysTheNextStart) {
+  Started();
+  Requeue r;
+  r.why = "node a lost";
+  r.spend_retry = false;
+  r.fence = absl::Seconds(90);
+  auto step = EndAttempt(&model_, rec_, r, kNow);
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(rec_->eligible_mono, kNow.mono + absl::Seconds(90));
+  EXPECT_NE(rec_->job.reason().find("no sooner than 1m30s"), std::string::npos)
+      << rec_->job.reason();
+}
+
+TEST_F(LifecycleTest, ARefusedEndAttemptChangesNothing) {
+  // Pending: there is no attempt to end.
+  const std::string before = rec_->job.SerializeAsString();
+  Requeue r;
+  r.why = "late exit";
+  r.spend_retry = false;
+  auto step = EndAttempt(&model_, rec_, r, kNow);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rec_->job.SerializeAsString(), before);
+  EXPECT_EQ(rec_->events.size(), 1u);
+}
+
+}  // namespace
+}  // namespace xl::state
