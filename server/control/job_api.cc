@@ -164,31 +164,14 @@ void Controller::Submit(
       ++submitting_[user];
       submitting_bytes_[user] += spec_bytes;
       ++submitting_queue_[{spec.queue(), user}];
-      const int64_t id = model_.jobs.TakeId();
-      rec->id = id;
-      v1::Job& job = rec->job;
-      job.set_id(absl::StrCat(id));
-      job.set_user(user);
-      job.set_memory_derived(memory_derived);
-      job.set_state(v1::PENDING);
-      job.set_attempt(1);
-      job.set_idempotency_key(key);
-      job.set_world_size(spec.resources().nodes() *
-                         spec.resources().ranks_per_node());
-      *job.mutable_create_time() = ToProtoTime(clock_->Now());
-      job.set_reason("waiting for the next scheduling pass");
-      if (plan.parameters() > 0) *job.mutable_plan() = std::move(plan);
-      *job.mutable_spec() = std::move(spec);
-      rec->request = model_.jobs.Intern(job.spec().resources());
-      v1::JobEvent e;
-      e.set_job_id(job.id());
-      e.set_seq(1);
-      *e.mutable_time() = job.create_time();
-      e.set_to_state(v1::PENDING);
-      e.set_attempt(1);
-      e.set_reason(absl::StrCat("submitted by ", user));
-      rec->events.push_back(e);
-      if (!key.empty()) model_.jobs.keys()[scoped_key] = id;
+      state::Submission submission;
+      submission.user = user;
+      submission.idempotency_key = key;
+      submission.spec = std::move(spec);
+      submission.plan = std::move(plan);
+      submission.memory_derived = memory_derived;
+      *rec = state::Submitted(&model_, std::move(submission), Now());
+      const int64_t id = rec->id;
       uncommitted_.insert(id);
     }
   }
@@ -204,9 +187,7 @@ void Controller::Submit(
   // failed write, or a reload that read it from the store).
   auto counted = std::make_shared<bool>(true);
   Effects effects;
-  effects.changes.reserve(2);
-  effects.changes.push_back(store::change::PutJob{snapshot});
-  effects.changes.push_back(store::change::AddEvent{rec->events[0]});
+  effects.changes = state::JobChanges(snapshot, {rec->events[0]});
   effects.apply = [this, rec, id, queue, user, spec_bytes, snapshot, counted] {
     mu_.AssertHeld();
     uncommitted_.erase(id);

@@ -56,6 +56,40 @@ Sends StopMessages(const Model& model, const JobRecord& rec,
   return sends;
 }
 
+JobRecord Submitted(Model* model, Submission submission, Now now) {
+  JobRecord rec;
+  rec.id = model->jobs.TakeId();
+  v1::Job& job = rec.job;
+  job.set_id(absl::StrCat(rec.id));
+  job.set_user(submission.user);
+  job.set_memory_derived(submission.memory_derived);
+  job.set_state(v1::PENDING);
+  job.set_attempt(1);
+  job.set_idempotency_key(submission.idempotency_key);
+  job.set_world_size(submission.spec.resources().nodes() *
+                     submission.spec.resources().ranks_per_node());
+  *job.mutable_create_time() = ToProtoTime(now.wall);
+  job.set_reason("waiting for the next scheduling pass");
+  if (submission.plan.parameters() > 0) {
+    *job.mutable_plan() = std::move(submission.plan);
+  }
+  *job.mutable_spec() = std::move(submission.spec);
+  rec.request = model->jobs.Intern(job.spec().resources());
+  v1::JobEvent e;
+  e.set_job_id(job.id());
+  e.set_seq(1);
+  *e.mutable_time() = job.create_time();
+  e.set_to_state(v1::PENDING);
+  e.set_attempt(1);
+  e.set_reason(absl::StrCat("submitted by ", submission.user));
+  rec.events.push_back(std::move(e));
+  if (!submission.idempotency_key.empty()) {
+    model->jobs.keys()[JobTable::ScopedKey(
+        submission.user, submission.idempotency_key)] = rec.id;
+  }
+  return rec;
+}
+
 absl::StatusOr<Step> Start(Model* model, JobRecord* rec,
                            scheduler::Placement placement,
                            const std::string& token, Now now) {

@@ -62,6 +62,23 @@ store::Changes JobChanges(std::shared_ptr<const v1::Job> job,
 Sends StopMessages(const Model& model, const JobRecord& rec,
                    const std::string& why);
 
+// A submit that passed its checks.
+struct Submission {
+  std::string user;
+  std::string idempotency_key;
+  v1::JobSpec spec;
+  // The planner's sizing (left out when it sized nothing).
+  v1::Plan plan;
+  // The memory per node was derived, not asked for.
+  bool memory_derived = false;
+};
+
+// The job the submit creates: the next id, PENDING as attempt 1, its
+// first event; its idempotency key maps to it from now on. The record is
+// not in the model yet: it enters once it is recorded (JobChanges of its
+// row and `events[0]`), so nothing acts on a job a crash would forget.
+JobRecord Submitted(Model* model, Submission submission, Now now);
+
 // Starts the job's next attempt on `placement`: its allocations (rank 0
 // kept on the node it last ran on when that node is in the placement),
 // holds in the ledger, a master port, `token`, SCHEDULED.

@@ -240,5 +240,30 @@ TEST_F(LifecycleTest, ARefusedEndAttemptChangesNothing) {
   EXPECT_EQ(rec_->events.size(), 1u);
 }
 
+TEST_F(LifecycleTest, ASubmitGivesTheNextIdAndEntersTheModelOnlyOnceRecorded) {
+  Submission s;
+  s.user = "bob";
+  s.idempotency_key = "k1";
+  s.spec.mutable_resources()->set_nodes(3);
+  s.spec.mutable_resources()->set_ranks_per_node(2);
+  JobRecord first = Submitted(&model_, s, kNow);
+  JobRecord second = Submitted(&model_, s, kNow);
+  EXPECT_EQ(first.id, 8);  // the store gave ids up to 7
+  EXPECT_EQ(second.id, 9);
+  EXPECT_EQ(first.job.id(), "8");
+  EXPECT_EQ(first.job.state(), v1::PENDING);
+  EXPECT_EQ(first.job.attempt(), 1);
+  EXPECT_EQ(first.job.world_size(), 6);
+  EXPECT_EQ(first.job.create_time().seconds(), 1'000'000);
+  ASSERT_EQ(first.events.size(), 1u);
+  EXPECT_EQ(first.events[0].seq(), 1);
+  EXPECT_EQ(first.events[0].reason(), "submitted by bob");
+  ASSERT_NE(first.request, nullptr);
+  EXPECT_EQ(first.request.get(), second.request.get());  // shared
+  // Not in the model until recorded; its key names the latest job.
+  EXPECT_EQ(model_.jobs.Find(8), nullptr);
+  EXPECT_EQ(model_.jobs.keys()[JobTable::ScopedKey("bob", "k1")], 9);
+}
+
 }  // namespace
 }  // namespace xl::state
