@@ -74,9 +74,10 @@ struct Submission {
 };
 
 // The job the submit creates: the next id, PENDING as attempt 1, its
-// first event; its idempotency key maps to it from now on. The record is
-// not in the model yet: it enters once it is recorded (JobChanges of its
-// row and `events[0]`), so nothing acts on a job a crash would forget.
+// first event; its idempotency key maps to it from now on (the caller has
+// checked that the key is new). The record is not in the job table yet:
+// the caller inserts it once it is recorded (JobChanges of its row and
+// `events[0]`), so nothing acts on a job a crash would forget.
 JobRecord Submitted(Model* model, Submission submission, Now now);
 
 // Starts the job's next attempt on `placement`: its allocations (rank 0

@@ -40,6 +40,11 @@ void MasterPorts::Release(const std::string& address, int port) {
   if (it->second.empty()) used_.erase(it);
 }
 
+bool MasterPorts::Taken(const std::string& address, int port) const {
+  auto it = used_.find(address);
+  return it != used_.end() && it->second.count(port) > 0;
+}
+
 void MasterPorts::Clear() { used_.clear(); }
 
 }  // namespace xl::state

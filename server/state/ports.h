@@ -25,6 +25,7 @@ class MasterPorts {
   // Marks `port` taken (recovery of a running attempt).
   void Reserve(const std::string& address, int port);
   void Release(const std::string& address, int port);
+  bool Taken(const std::string& address, int port) const;
   void Clear();
 
  private:

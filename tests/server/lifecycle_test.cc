@@ -109,6 +109,8 @@ TEST_F(LifecycleTest, StartPlacesTheAttemptAndSaysWhatToRecord) {
   EXPECT_EQ(job.master_addr(), model_.nodes.Find("b")->address);
   EXPECT_GE(job.master_port(), 29500);
   EXPECT_LT(job.master_port(), 30500);
+  EXPECT_TRUE(model_.ports.Taken(job.master_addr(), job.master_port()));
+  EXPECT_EQ(job.start_time().seconds(), 1'000'000);
   EXPECT_EQ(rec_->token, "tok");
   EXPECT_EQ(rec_->start_mono, kNow.mono);
   // The ledger holds what the attempt took.
@@ -149,6 +151,8 @@ TEST_F(LifecycleTest, EndStopsARunningAttempt) {
   EXPECT_EQ(rec_->job.state(), v1::CANCELLED);
   EXPECT_TRUE(rec_->stopping);
   EXPECT_TRUE(cancelled->attempt_closed);
+  EXPECT_FALSE(
+      model_.ports.Taken(rec_->job.master_addr(), rec_->job.master_port()));
   ASSERT_EQ(cancelled->stops.size(), 2u);
   const v1::StopJob& stop = cancelled->stops[0].second.stop_job();
   EXPECT_EQ(stop.job_id(), "7");
@@ -172,10 +176,13 @@ TEST_F(LifecycleTest, ASuccessfulAttemptStopsNobody) {
 
 TEST_F(LifecycleTest, EndAttemptRequeuesSpendingARetry) {
   Started();
+  const std::string addr = rec_->job.master_addr();
+  const int port = rec_->job.master_port();
   Requeue r;
   r.why = "rank 1 exited 3";
   auto step = EndAttempt(&model_, rec_, r, kNow);
   ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_FALSE(model_.ports.Taken(addr, port));
   EXPECT_TRUE(step->requeued);
   EXPECT_TRUE(step->attempt_closed);
   const v1::Job& job = rec_->job;
@@ -186,7 +193,10 @@ TEST_F(LifecycleTest, EndAttemptRequeuesSpendingARetry) {
   EXPECT_EQ(job.master_port(), 0);
   EXPECT_TRUE(rec_->token.empty());
   EXPECT_EQ(rec_->last_first_node, "a");
-  EXPECT_EQ(step->stops.size(), 2u);
+  ASSERT_EQ(step->stops.size(), 2u);
+  for (const auto& [conn, msg] : step->stops) {
+    EXPECT_EQ(msg.stop_job().attempt(), 1);  // the attempt that ended
+  }
   ASSERT_EQ(step->events.size(), 1u);
   EXPECT_EQ(step->events[0].reason(),
             "rank 1 exited 3; requeued as attempt 2 (retry 1 of 1)");
@@ -238,6 +248,28 @@ TEST_F(LifecycleTest, ARefusedEndAttemptChangesNothing) {
   EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(rec_->job.SerializeAsString(), before);
   EXPECT_EQ(rec_->events.size(), 1u);
+  // Ended: its port was given back once and is not given back again (it
+  // may be another attempt's by now).
+  Started();
+  ASSERT_TRUE(End(&model_, rec_, v1::CANCELLED, "cancelled", kNow).ok());
+  const int port = rec_->job.master_port();
+  model_.ports.Reserve(rec_->job.master_addr(), port);  // someone else's now
+  const std::string ended = rec_->job.SerializeAsString();
+  EXPECT_FALSE(EndAttempt(&model_, rec_, r, kNow).ok());
+  EXPECT_EQ(rec_->job.SerializeAsString(), ended);
+  EXPECT_TRUE(model_.ports.Taken(rec_->job.master_addr(), port));
+}
+
+TEST_F(LifecycleTest, RanksAreNumberedNodeByNode) {
+  rec_->job.mutable_spec()->mutable_resources()->set_ranks_per_node(2);
+  Started();
+  const v1::Job& job = rec_->job;
+  EXPECT_EQ(job.world_size(), 4);
+  ASSERT_EQ(job.allocations_size(), 2);
+  EXPECT_EQ(job.allocations(0).ranks_size(), 2);
+  EXPECT_EQ(job.allocations(1).ranks(0), 2);
+  EXPECT_EQ(job.allocations(1).ranks(1), 3);
+  EXPECT_EQ(model_.ledger.FindHold("b", 7, 1)->live_ranks.count(3), 1u);
 }
 
 TEST_F(LifecycleTest, ASubmitGivesTheNextIdAndEntersTheModelOnlyOnceRecorded) {
@@ -246,7 +278,9 @@ TEST_F(LifecycleTest, ASubmitGivesTheNextIdAndEntersTheModelOnlyOnceRecorded) {
   s.idempotency_key = "k1";
   s.spec.mutable_resources()->set_nodes(3);
   s.spec.mutable_resources()->set_ranks_per_node(2);
+  s.memory_derived = true;
   JobRecord first = Submitted(&model_, s, kNow);
+  s.idempotency_key = "k2";
   JobRecord second = Submitted(&model_, s, kNow);
   EXPECT_EQ(first.id, 8);  // the store gave ids up to 7
   EXPECT_EQ(second.id, 9);
@@ -254,15 +288,23 @@ TEST_F(LifecycleTest, ASubmitGivesTheNextIdAndEntersTheModelOnlyOnceRecorded) {
   EXPECT_EQ(first.job.state(), v1::PENDING);
   EXPECT_EQ(first.job.attempt(), 1);
   EXPECT_EQ(first.job.world_size(), 6);
+  // A restart rebuilds the key map from these.
+  EXPECT_EQ(first.job.user(), "bob");
+  EXPECT_EQ(first.job.idempotency_key(), "k1");
+  EXPECT_TRUE(first.job.memory_derived());
+  EXPECT_FALSE(first.job.has_plan());  // the planner sized nothing
   EXPECT_EQ(first.job.create_time().seconds(), 1'000'000);
   ASSERT_EQ(first.events.size(), 1u);
   EXPECT_EQ(first.events[0].seq(), 1);
   EXPECT_EQ(first.events[0].reason(), "submitted by bob");
+  EXPECT_EQ(first.events[0].attempt(), 1);
+  EXPECT_EQ(first.events[0].time().seconds(), 1'000'000);
   ASSERT_NE(first.request, nullptr);
   EXPECT_EQ(first.request.get(), second.request.get());  // shared
-  // Not in the model until recorded; its key names the latest job.
+  // Not in the job table until recorded; each key names its job.
   EXPECT_EQ(model_.jobs.Find(8), nullptr);
-  EXPECT_EQ(model_.jobs.keys()[JobTable::ScopedKey("bob", "k1")], 9);
+  EXPECT_EQ(model_.jobs.keys()[JobTable::ScopedKey("bob", "k1")], 8);
+  EXPECT_EQ(model_.jobs.keys()[JobTable::ScopedKey("bob", "k2")], 9);
 }
 
 }  // namespace
