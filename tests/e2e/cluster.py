@@ -114,7 +114,9 @@ class Cluster:
         self._spawn("scheduler", [
             SCHEDULER, "--listen", listen, "--db", self.db, "--port-file", port_file,
             "--heartbeat-interval", "0.2", "--heartbeat-timeout", str(self.heartbeat_timeout),
-            "--master-port-base", str(20000 + os.getpid() % 20000),
+            # Below the kernel's ephemeral ports (32768 and up): a client
+            # socket of another test may hold any port there.
+            "--master-port-base", str(10000 + (os.getpid() % 22) * 1000),
             *self.scheduler_args,
         ])
         wait_until("the scheduler's port file", lambda: os.path.exists(port_file), 20)
