@@ -33,10 +33,7 @@ v1::SchedulerMessage StopMessage(const std::string& job_id, int32_t attempt,
   return msg;
 }
 
-bool IsExit(const v1::RankStatus& st) {
-  return st.state() == v1::RANK_EXITED ||
-         st.state() == v1::RANK_FAILED_TO_START;
-}
+using state::IsExit;
 
 }  // namespace
 
@@ -250,20 +247,8 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
       stop("attempt is over");
       return;
     }
-    // An exit already counted stays counted: a restarted agent reports the
-    // rank running until it has said the exit again (its output first).
-    if (auto known = rec->ranks.find(st.rank());
-        known != rec->ranks.end() && IsExit(known->second)) {
-      return;
-    }
-    rec->ranks[st.rank()] = st;
-    if (rec->job.state() == v1::SCHEDULED &&
-        static_cast<int>(rec->ranks.size()) == rec->job.world_size()) {
-      auto e = Transition(rec, v1::RUNNING,
-                          absl::StrCat("all ", rec->job.world_size(),
-                                       " ranks running"));
-      if (e.ok()) Apply(JobEffects(rec, {*e}));
-    }
+    auto step = state::RankRunning(&model_, rec, st, Now());
+    if (!step.ok() || !step->events.empty()) Recorded(rec, &step);
     return;
   }
   if (!IsExit(st)) return;
@@ -296,67 +281,30 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
     ReleaseRank(node, id, st.attempt(), st.rank());
   }
   if (!first_exit) return;
-  rec->ranks[st.rank()] = st;
-  v1::RankExit* exit = rec->job.add_rank_exits();
-  exit->set_rank(st.rank());
-  exit->set_node(node->name);
-  exit->set_exit_code(st.exit_code());
-  exit->set_signal(st.signal());
-  exit->set_failed_to_start(st.state() == v1::RANK_FAILED_TO_START);
-  exit->set_message(st.message());
-  exit->set_peak_memory_bytes(st.peak_memory_bytes());
-  if (st.state() == v1::RANK_EXITED && st.exit_code() == 0 &&
-      st.signal() == 0) {
-    const int done = ++rec->ranks_succeeded;
-    if (done == rec->job.world_size()) {
-      EndJob(rec, v1::SUCCEEDED,
-             absl::StrCat("all ", done, " ranks exited with code 0"));
-    } else {
+  state::ExitOutcome outcome = state::CountExit(rec, node->name, st);
+  switch (outcome.kind) {
+    case state::ExitOutcome::kRankDone: {
       // One row, not the whole job: O(1) per rank however large the gang.
-      const int64_t id = rec->id;
-      const int32_t attempt = rec->job.attempt();
       Effects effects;
-      effects.changes.push_back(store::change::PutRankExit{id, attempt, *exit});
+      effects.changes.push_back(store::change::PutRankExit{
+          id, rec->job.attempt(), std::move(outcome.exit)});
       Apply(std::move(effects));
+      return;
     }
-    return;
+    case state::ExitOutcome::kJobSucceeded:
+      EndJob(rec, v1::SUCCEEDED, outcome.why);
+      return;
+    case state::ExitOutcome::kRequeue:
+      FailAttempt(rec, outcome.why, /*spend_retry=*/false);
+      return;
+    case state::ExitOutcome::kFailed:
+      // Only what the agent puts down to the node counts against it: a job
+      // whose command is wrong, or that crashes at once, fails the same on
+      // every node, and must not drain them.
+      NoteRankFailure(node, rec, outcome.node_fault);
+      FailAttempt(rec, outcome.why, /*spend_retry=*/true);
+      return;
   }
-  std::string why;
-  if (st.state() == v1::RANK_FAILED_TO_START) {
-    why = absl::StrCat("rank ", st.rank(), " on ", node->name,
-                       " failed to start: ", st.message());
-    rec->job.set_exit_code(127);
-  } else if (st.stopped_by_agent()) {
-    // Not the job's doing: the scheduler was out of reach (or the agent
-    // shut down). Requeued without spending a retry.
-    rec->job.set_exit_code(st.exit_code());
-    FailAttempt(rec,
-                absl::StrCat("rank ", st.rank(), " on ", node->name, " ",
-                             st.message()),
-                /*spend_retry=*/false);
-    return;
-  } else if (st.signal() != 0) {
-    why = absl::StrCat("rank ", st.rank(), " on ", node->name,
-                       " was killed by signal ", st.signal());
-    // The agent's words, when they say more than the signal (the OOM
-    // killer and the memory limit, for one).
-    if (!st.message().empty() &&
-        !absl::StartsWith(st.message(), "killed by signal")) {
-      absl::StrAppend(&why, " (", st.message(), ")");
-    }
-    rec->job.set_exit_code(128 + st.signal());
-  } else {
-    why = absl::StrCat("rank ", st.rank(), " on ", node->name,
-                       " exited with code ", st.exit_code());
-    if (!st.message().empty()) absl::StrAppend(&why, " (", st.message(), ")");
-    rec->job.set_exit_code(st.exit_code());
-  }
-  // Only what the agent puts down to the node counts against it: a job
-  // whose command is wrong, or that crashes at once, fails the same on
-  // every node, and must not drain them.
-  NoteRankFailure(node, rec,
-                  st.state() == v1::RANK_FAILED_TO_START && st.node_fault());
-  FailAttempt(rec, why, /*spend_retry=*/true);
 }
 
 void Controller::AvoidNode(JobRecord* rec, const std::string& node) {

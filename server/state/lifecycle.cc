@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
@@ -242,6 +243,86 @@ absl::StatusOr<Step> EndAttempt(Model* model, JobRecord* rec,
   step.events.push_back(*std::move(e));
   step.requeued = true;
   return step;
+}
+
+bool IsExit(const v1::RankStatus& st) {
+  return st.state() == v1::RANK_EXITED ||
+         st.state() == v1::RANK_FAILED_TO_START;
+}
+
+absl::StatusOr<Step> RankRunning(Model* model, JobRecord* rec,
+                                 const v1::RankStatus& st, Now now) {
+  Step step;
+  // An exit already counted stays counted: a restarted agent reports the
+  // rank running until it has said the exit again (its output first).
+  if (auto known = rec->ranks.find(st.rank());
+      known != rec->ranks.end() && IsExit(known->second)) {
+    return step;
+  }
+  rec->ranks[st.rank()] = st;
+  if (rec->job.state() != v1::SCHEDULED ||
+      static_cast<int>(rec->ranks.size()) != rec->job.world_size()) {
+    return step;
+  }
+  auto e = model->jobs.Transition(
+      rec, v1::RUNNING,
+      absl::StrCat("all ", rec->job.world_size(), " ranks running"), now.wall);
+  if (!e.ok()) return e.status();
+  step.events.push_back(*std::move(e));
+  return step;
+}
+
+ExitOutcome CountExit(JobRecord* rec, const std::string& node,
+                      const v1::RankStatus& st) {
+  rec->ranks[st.rank()] = st;
+  ExitOutcome out;
+  v1::RankExit& exit = out.exit;
+  exit.set_rank(st.rank());
+  exit.set_node(node);
+  exit.set_exit_code(st.exit_code());
+  exit.set_signal(st.signal());
+  exit.set_failed_to_start(st.state() == v1::RANK_FAILED_TO_START);
+  exit.set_message(st.message());
+  exit.set_peak_memory_bytes(st.peak_memory_bytes());
+  *rec->job.add_rank_exits() = exit;
+  const std::string rank = absl::StrCat("rank ", st.rank(), " on ", node);
+  if (st.state() == v1::RANK_EXITED && st.exit_code() == 0 &&
+      st.signal() == 0) {
+    const int done = ++rec->ranks_succeeded;
+    if (done == rec->job.world_size()) {
+      out.kind = ExitOutcome::kJobSucceeded;
+      out.why = absl::StrCat("all ", done, " ranks exited with code 0");
+    }
+    return out;
+  }
+  out.kind = ExitOutcome::kFailed;
+  if (st.state() == v1::RANK_FAILED_TO_START) {
+    out.why = absl::StrCat(rank, " failed to start: ", st.message());
+    out.node_fault = st.node_fault();
+    rec->job.set_exit_code(127);
+  } else if (st.stopped_by_agent()) {
+    // Not the job's doing: the scheduler was out of reach (or the agent
+    // shut down).
+    out.kind = ExitOutcome::kRequeue;
+    out.why = absl::StrCat(rank, " ", st.message());
+    rec->job.set_exit_code(st.exit_code());
+  } else if (st.signal() != 0) {
+    out.why = absl::StrCat(rank, " was killed by signal ", st.signal());
+    // The agent's words, when they say more than the signal (the OOM
+    // killer and the memory limit, for one).
+    if (!st.message().empty() &&
+        !absl::StartsWith(st.message(), "killed by signal")) {
+      absl::StrAppend(&out.why, " (", st.message(), ")");
+    }
+    rec->job.set_exit_code(128 + st.signal());
+  } else {
+    out.why = absl::StrCat(rank, " exited with code ", st.exit_code());
+    if (!st.message().empty()) {
+      absl::StrAppend(&out.why, " (", st.message(), ")");
+    }
+    rec->job.set_exit_code(st.exit_code());
+  }
+  return out;
 }
 
 }  // namespace xl::state

@@ -109,6 +109,40 @@ struct Requeue {
 absl::StatusOr<Step> EndAttempt(Model* model, JobRecord* rec,
                                 const Requeue& requeue, Now now);
 
+// Whether the rank status says the rank is over (exited, or never started).
+bool IsExit(const v1::RankStatus& st);
+
+// A rank of the current attempt reports running: its status is kept (an
+// exit already counted stays counted), and once every rank of a SCHEDULED
+// job runs, the job is RUNNING (the step's one event; none before).
+absl::StatusOr<Step> RankRunning(Model* model, JobRecord* rec,
+                                 const v1::RankStatus& st, Now now);
+
+// What one rank's first exit means for its job.
+struct ExitOutcome {
+  enum Kind {
+    kRankDone,      // exited 0, others still run: record the exit alone
+    kJobSucceeded,  // the last rank exited 0: the job SUCCEEDED
+    kRequeue,       // stopped by its agent, not the job's doing: requeue
+                    // without spending a retry
+    kFailed,        // the attempt failed: requeue spending a retry
+  };
+  Kind kind = kRankDone;
+  // kJobSucceeded, kRequeue, kFailed: the job's reason.
+  std::string why;
+  // The exit as recorded in the job (rank_exits).
+  v1::RankExit exit;
+  // kFailed: the agent puts the failure down to the node (a start that
+  // failed for the node's reasons), which counts against the node.
+  bool node_fault = false;
+};
+
+// Counts the first exit `st` of a rank of the current attempt, reported
+// from `node`: the rank's status, the job's rank_exits and exit code, the
+// ranks that succeeded. The caller acts on the outcome (End, EndAttempt).
+ExitOutcome CountExit(JobRecord* rec, const std::string& node,
+                      const v1::RankStatus& st);
+
 }  // namespace xl::state
 
 #endif  // XL_SERVER_STATE_LIFECYCLE_H_

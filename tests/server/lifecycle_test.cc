@@ -307,5 +307,76 @@ TEST_F(LifecycleTest, ASubmitGivesTheNextIdAndEntersTheModelOnlyOnceRecorded) {
   EXPECT_EQ(model_.jobs.keys()[JobTable::ScopedKey("bob", "k2")], 9);
 }
 
+v1::RankStatus Status(int rank, v1::RankState state, int code = 0,
+                      int signal = 0) {
+  v1::RankStatus st;
+  st.set_job_id("7");
+  st.set_attempt(1);
+  st.set_rank(rank);
+  st.set_state(state);
+  st.set_exit_code(code);
+  st.set_signal(signal);
+  return st;
+}
+
+TEST_F(LifecycleTest, TheJobRunsOnceEveryRankDoesAndAnExitStaysCounted) {
+  Started();
+  auto first = RankRunning(&model_, rec_, Status(0, v1::RANK_RUNNING), kNow);
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first->events.empty());
+  EXPECT_EQ(rec_->job.state(), v1::SCHEDULED);
+  auto all = RankRunning(&model_, rec_, Status(1, v1::RANK_RUNNING), kNow);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->events.size(), 1u);
+  EXPECT_EQ(all->events[0].reason(), "all 2 ranks running");
+  EXPECT_EQ(rec_->job.state(), v1::RUNNING);
+  // Rank 0 exits 0; a restarted agent then says it runs: still exited.
+  ExitOutcome done = CountExit(rec_, "b", Status(0, v1::RANK_EXITED));
+  EXPECT_EQ(done.kind, ExitOutcome::kRankDone);
+  EXPECT_EQ(done.exit.node(), "b");
+  ASSERT_TRUE(
+      RankRunning(&model_, rec_, Status(0, v1::RANK_RUNNING), kNow).ok());
+  EXPECT_TRUE(IsExit(rec_->ranks[0]));
+  ExitOutcome last = CountExit(rec_, "a", Status(1, v1::RANK_EXITED));
+  EXPECT_EQ(last.kind, ExitOutcome::kJobSucceeded);
+  EXPECT_EQ(last.why, "all 2 ranks exited with code 0");
+  EXPECT_EQ(rec_->job.rank_exits_size(), 2);
+}
+
+TEST_F(LifecycleTest, AnExitSaysWhatHappenedAndWhoseFaultItWas) {
+  Started();
+  v1::RankStatus oom = Status(1, v1::RANK_EXITED, 0, 9);
+  oom.set_message("killed by the memory limit (peak 8 GiB)");
+  ExitOutcome killed = CountExit(rec_, "a", oom);
+  EXPECT_EQ(killed.kind, ExitOutcome::kFailed);
+  EXPECT_EQ(killed.why,
+            "rank 1 on a was killed by signal 9 (killed by the memory limit "
+            "(peak 8 GiB))");
+  EXPECT_EQ(rec_->job.exit_code(), 137);
+  EXPECT_FALSE(killed.node_fault);
+
+  v1::RankStatus bad = Status(0, v1::RANK_FAILED_TO_START);
+  bad.set_message("no such file");
+  bad.set_node_fault(true);
+  ExitOutcome start = CountExit(rec_, "b", bad);
+  EXPECT_EQ(start.kind, ExitOutcome::kFailed);
+  EXPECT_EQ(start.why, "rank 0 on b failed to start: no such file");
+  EXPECT_TRUE(start.node_fault);
+  EXPECT_TRUE(start.exit.failed_to_start());
+  EXPECT_EQ(rec_->job.exit_code(), 127);
+
+  v1::RankStatus agent = Status(0, v1::RANK_EXITED, 143);
+  agent.set_stopped_by_agent(true);
+  agent.set_message("stopped: the scheduler was out of reach");
+  ExitOutcome requeue = CountExit(rec_, "b", agent);
+  EXPECT_EQ(requeue.kind, ExitOutcome::kRequeue);
+  EXPECT_EQ(requeue.why, "rank 0 on b stopped: the scheduler was out of reach");
+
+  ExitOutcome code = CountExit(rec_, "a", Status(1, v1::RANK_EXITED, 3));
+  EXPECT_EQ(code.kind, ExitOutcome::kFailed);
+  EXPECT_EQ(code.why, "rank 1 on a exited with code 3");
+  EXPECT_EQ(rec_->job.exit_code(), 3);
+}
+
 }  // namespace
 }  // namespace xl::state
