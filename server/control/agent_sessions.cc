@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "common/text.h"
 #include "server/control/controller.h"
+#include "server/state/node_life.h"
 
 namespace xl::control {
 namespace {
@@ -33,83 +34,28 @@ v1::SchedulerMessage StopMessage(const std::string& job_id, int32_t attempt,
   return msg;
 }
 
-using state::IsExit;
 
 }  // namespace
 
 absl::StatusOr<std::string> Controller::AgentRegister(
     const v1::Register& reg, std::shared_ptr<AgentConnection> conn) {
-  std::string name = reg.name().empty() ? reg.inventory().hostname()
-                                        : reg.name();
-  if (name.empty()) {
-    return absl::InvalidArgumentError(
-        "register.name: empty and the inventory has no hostname; start "
-        "xl-agent with --name");
-  }
-  // Names, models and labels end up in everyone's `xlctl nodes` and plans.
-  if (FindControlCharacter(name) != std::string::npos || name.size() > 253) {
-    return absl::InvalidArgumentError(
-        "register.name: a node name is at most 253 printable characters; "
-        "start xl-agent with another --name");
-  }
-  RETURN_IF_ERROR(
-      CheckNoControlCharacters(reg.inventory(), "register.inventory"));
-  std::set<int> indices;
-  for (int i = 0; i < reg.inventory().gpus_size(); ++i) {
-    if (!indices.insert(reg.inventory().gpus(i).index()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "register.inventory.gpus[", i, "].index: ",
-          reg.inventory().gpus(i).index(),
-          " appears twice; give each GPU its own index"));
-    }
-  }
-  if (reg.inventory().gpus_size() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "register.inventory.gpus: ", reg.inventory().gpus_size(),
-        " GPUs; a node may have at most 64 (split it into several agents "
-        "with --inventory)"));
-  }
+  // The message is checked before the lock: a hostile one stalls nobody.
+  ASSIGN_OR_RETURN(const std::string name, state::CheckRegister(reg));
   std::shared_ptr<AgentConnection> replaced;
   {
     absl::MutexLock lock(&mu_);
-    NodeRecord& node = model_.nodes.Upsert(name);
-    // Another agent process claims a node whose session is alive: refuse,
-    // or the two would free each other's resources. (The same process
-    // reconnecting has the same instance id.)
-    const absl::Duration heard = clock_->MonotonicNow() - node.last_heartbeat_mono;
-    if (node.conn && node.conn != conn && !reg.instance_id().empty() &&
-        !node.instance_id.empty() && node.instance_id != reg.instance_id() &&
-        heard < opts_.heartbeat_timeout) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "register.name: node ", name, " is already served by another "
-          "xl-agent (heard from ", HumanDuration(heard), " ago, from ",
-          node.address, "); give this agent its own --name, or stop the "
-          "other one"));
-    }
-    node.instance_id = reg.instance_id();
-    if (node.conn && node.conn != conn) replaced = node.conn;
-    const bool was_lost = node.lost;
-    node.inventory = reg.inventory();
-    node.info = scheduler::NodeInfo::FromInventory(name, reg.inventory());
-    node.address = reg.inventory().address().empty() ? conn->PeerAddress()
-                                                     : reg.inventory().address();
-    node.conn = conn;
-    node.lost = false;
-    node.lost_reason.clear();
-    node.last_heartbeat_mono = clock_->MonotonicNow();
-    node.last_heartbeat_wall = clock_->Now();
-    node.register_time = clock_->Now();
-    node.agent_version = reg.agent_version();
-    node.shared_env = reg.shared_env();
-    node.honours_lease = reg.honours_lease();
-    model_.ledger.SetNode(node.info);
+    auto registered = state::Register(&model_, name, reg, conn,
+                                      opts_.heartbeat_timeout, Now());
+    if (!registered.ok()) return registered.status();
+    NodeRecord& node = *registered->node;
+    replaced = std::move(registered->replaced);
     capacity_freed_ = true;
     pass_needed_ = true;
     wake_ = true;
     Log(absl::StrCat("node ", name, " registered from ", node.address, " (",
                      node.inventory.gpus_size(), " GPUs, ",
                      node.inventory.cpus(), " CPUs)",
-                     was_lost ? " after being lost" : "",
+                     registered->was_lost ? " after being lost" : "",
                      degraded_ ? " (degraded: not reconciled)" : ""));
 
     v1::SchedulerMessage ack;
@@ -131,59 +77,18 @@ absl::StatusOr<std::string> Controller::AgentRegister(
 }
 
 void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
-  // Exits the node reported before wait on for their output as they were:
-  // it sends what was not acknowledged again after this Register, and the
-  // exits it reports now queue behind them. They count as reported.
-  std::set<std::tuple<int64_t, int32_t, int32_t>> reported;
-  for (const auto& st : reg.ranks()) {
-    reported.insert(
-        {state::JobTable::ParseId(st.job_id()), st.attempt(), st.rank()});
-  }
-  for (int64_t id : parked_jobs_) {
-    JobRecord* rec = model_.jobs.Find(id);
-    if (rec == nullptr) continue;
-    for (auto& p : rec->parked_exits) {
-      if (p.node != node->name) continue;
-      const auto key = std::make_tuple(id, p.status.attempt(), p.status.rank());
-      // Not reported any more (its agent's state was wiped): nothing of
-      // it runs there, so its resources go when the exit is acted on.
-      if (reported.count(key) == 0) p.status.set_processes_remaining(false);
-      reported.insert(key);
-    }
-  }
   node->foreign_ranks.clear();
   // Ranks the node holds that the agent does not know of: gone.
-  struct Missing {
-    int64_t job;
-    int32_t attempt;
-    int rank;
-  };
-  std::vector<Missing> missing;
-  for (const state::Hold& hold : model_.ledger.Holds(node->name)) {
-    for (int rank : hold.live_ranks) {
-      if (reported.count({hold.job_id, hold.attempt, rank}) == 0) {
-        missing.push_back({hold.job_id, hold.attempt, rank});
-      }
-    }
-  }
+  const std::vector<state::RankRef> missing =
+      state::UnreportedRanks(&model_, *node, reg, parked_jobs_);
   // What the agent reports, through the same fences as live messages.
   for (const auto& st : reg.ranks()) HandleRankStatus(node, st);
-  std::map<int64_t, std::vector<int>> undelivered, vanished;
-  for (const Missing& m : missing) {
-    JobRecord* rec = model_.jobs.Find(m.job);
-    const bool current = rec != nullptr && rec->job.attempt() == m.attempt &&
-                         state::JobTable::IsActive(rec->job.state()) &&
-                         !rec->stopping;
+  // Sorted as the reported statuses left the jobs, before anything fails.
+  const state::Unreported gone = state::SortUnreported(model_, missing);
+  for (const state::RankRef& m : missing) {
     ReleaseRank(node, m.job, m.attempt, m.rank);
-    if (!current) continue;
-    if (rec->ranks.count(m.rank) == 0) {
-      // Never reported by the agent: the StartRanks never reached it.
-      undelivered[m.job].push_back(m.rank);
-    } else if (!IsExit(rec->ranks[m.rank])) {
-      vanished[m.job].push_back(m.rank);
-    }
   }
-  for (auto& [id, ranks] : vanished) {
+  for (auto& [id, ranks] : gone.vanished) {
     JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr || rec->stopping) continue;
     rec->job.set_exit_code(-1);
@@ -193,7 +98,7 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
                              " were not running when its agent reconnected"),
                 /*spend_retry=*/true);
   }
-  for (auto& [id, ranks] : undelivered) {
+  for (auto& [id, ranks] : gone.undelivered) {
     JobRecord* rec = model_.jobs.Find(id);
     if (rec == nullptr || rec->stopping ||
         !state::JobTable::IsActive(rec->job.state())) {
@@ -209,13 +114,10 @@ void Controller::Reconcile(NodeRecord* node, const v1::Register& reg) {
 
 void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
                                   bool settled) {
+  const state::RankStatusKind kind = state::KindOf(model_, *node, st);
+  if (kind.kind == state::RankStatusKind::kOther) return;
   const int64_t id = state::JobTable::ParseId(st.job_id());
   JobRecord* rec = model_.jobs.Find(id);
-  const state::Hold* hold = model_.ledger.FindHold(node->name, id, st.attempt());
-  const bool held = hold != nullptr && hold->live_ranks.count(st.rank()) > 0;
-  const bool current = rec != nullptr && rec->job.attempt() == st.attempt() &&
-                       state::JobTable::IsActive(rec->job.state()) &&
-                       !rec->stopping;
   const auto foreign = std::make_tuple(id, st.attempt(), st.rank());
   // A stop goes out only after every write queued so far has committed:
   // the change that made this attempt stale may still fail to be recorded.
@@ -228,8 +130,10 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
                                        : ToProtoDuration(absl::Seconds(10)),
                                    why)}});
   };
-  if (st.state() == v1::RANK_RUNNING) {
-    if (!held) {
+  switch (kind.kind) {
+    case state::RankStatusKind::kOther:
+      return;
+    case state::RankStatusKind::kRunningUnknown:
       // Running, and nothing on this node accounts for it: stop it, and
       // take no work here until it is gone.
       if (node->foreign_ranks.insert(foreign).second) {
@@ -240,32 +144,33 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
       }
       stop("the scheduler has no record of this rank on this node");
       return;
-    }
-    if (!current) {
+    case state::RankStatusKind::kRunningStale:
       // A rank of an attempt that is over: stop it; its hold stays until
       // it has exited.
       stop("attempt is over");
       return;
+    case state::RankStatusKind::kRunning: {
+      auto step = state::RankRunning(&model_, rec, st, Now());
+      if (!step.ok() || !step->events.empty()) Recorded(rec, &step);
+      return;
     }
-    auto step = state::RankRunning(&model_, rec, st, Now());
-    if (!step.ok() || !step->events.empty()) Recorded(rec, &step);
-    return;
+    case state::RankStatusKind::kExitNotHeld:
+      if (!st.processes_remaining() && node->foreign_ranks.erase(foreign) > 0) {
+        capacity_freed_ = true;
+        pass_needed_ = true;
+        wake_ = true;
+      }
+      return;  // not this node's, or already released
+    case state::RankStatusKind::kExitHeld:
+      break;
   }
-  if (!IsExit(st)) return;
-  if (!held) {
-    if (!st.processes_remaining() && node->foreign_ranks.erase(foreign) > 0) {
-      capacity_freed_ = true;
-      pass_needed_ = true;
-      wake_ = true;
-    }
-    return;  // not this node's, or already released
-  }
+  const bool current = kind.current;
   // What the rank wrote before its exit is shown before the exit's
   // outcome: the exit waits (at most log_settle) for that output to be
   // stored, and the job's exits after it wait behind it (the first rank to
   // fail is the one the job's reason names).
   if (current && !settled) {
-    if (!rec->parked_exits.empty() || OutputBehind(*rec, st)) {
+    if (!rec->parked_exits.empty() || state::OutputBehind(*rec, st)) {
       rec->parked_exits.push_back(
           {node->name, st, clock_->MonotonicNow() + opts_.log_settle});
       parked_jobs_.insert(id);
@@ -274,13 +179,10 @@ void Controller::HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
   }
   // The outcome counts at the first exit status; the resources only once
   // the rank's whole process group is gone.
-  const bool first_exit =
-      current && (rec->ranks.count(st.rank()) == 0 ||
-                  !IsExit(rec->ranks[st.rank()]));
   if (!st.processes_remaining()) {
     ReleaseRank(node, id, st.attempt(), st.rank());
   }
-  if (!first_exit) return;
+  if (!kind.first_exit) return;
   state::ExitOutcome outcome = state::CountExit(rec, node->name, st);
   switch (outcome.kind) {
     case state::ExitOutcome::kRankDone: {
@@ -319,74 +221,33 @@ void Controller::AvoidNode(JobRecord* rec, const std::string& node) {
 
 void Controller::NoteRankFailure(NodeRecord* node, JobRecord* rec,
                                  bool node_fault) {
-  const absl::Time now = clock_->MonotonicNow();
   AvoidNode(rec, node->name);
-  if (!node_fault || opts_.bad_node_jobs <= 0 || node->drained ||
-      (node->drain_writing && node->drain_writing->drained)) {
+  Effects effects;
+  if (!state::CountNodeFailure(
+          node, rec->id, node_fault,
+          state::BadNodePolicy{opts_.bad_node_jobs, opts_.bad_node_window},
+          clock_->MonotonicNow(), &effects.changes)) {
     return;
   }
-  auto& failures = node->early_failures;
-  failures.erase(std::remove_if(failures.begin(), failures.end(),
-                                [&](const auto& f) {
-                                  return now - f.second >
-                                             opts_.bad_node_window ||
-                                         f.first == rec->id;
-                                }),
-                 failures.end());
-  failures.emplace_back(rec->id, now);
-  if (static_cast<int>(failures.size()) < opts_.bad_node_jobs) return;
-  std::vector<std::string> ids;
-  for (const auto& f : failures) ids.push_back(absl::StrCat(f.first));
-  // The latest word: a resume still being written is superseded. (Taken
-  // into the model at once: it only stops new work on the node.)
-  node->drain_writing.reset();
-  node->drained = true;
-  node->drain_reason = absl::StrCat(
-      "drained by the scheduler: ranks of ", failures.size(),
-      " different jobs (", absl::StrJoin(ids, ", "),
-      ") failed to start here for reasons of the node, in ",
-      HumanDuration(opts_.bad_node_window),
-      "; check the node (xlctl logs of those jobs), then xlctl resume ",
-      node->name);
-  failures.clear();
   fprintf(stderr, "xl-scheduler: node %s: %s\n", node->name.c_str(),
           node->drain_reason.c_str());
   pass_needed_ = true;
-  PersistNode(*node, nullptr);
+  Apply(std::move(effects));
 }
 
 void Controller::ReleaseRank(NodeRecord* node, int64_t job_id, int32_t attempt,
                              int rank) {
-  bool found = false;
-  const bool freed = model_.ledger.ReleaseRank(node->name, job_id, attempt, rank,
-                                         &found);
-  if (!found) return;
-  if (freed) {
-    const std::string name = node->name;
-    Effects effects;
-    effects.changes.push_back(store::change::DeleteHold{name, job_id, attempt});
-    Apply(std::move(effects));
+  state::Released released =
+      state::ReleaseRank(&model_, node->name, job_id, attempt, rank);
+  if (released.changes.empty()) return;
+  Effects effects;
+  effects.changes = std::move(released.changes);
+  Apply(std::move(effects));
+  if (released.freed) {
     capacity_freed_ = true;
     pass_needed_ = true;
     wake_ = true;
-    return;
   }
-  const state::Hold* hold = model_.ledger.FindHold(node->name, job_id, attempt);
-  if (hold == nullptr) return;
-  store::StoredHold stored;
-  stored.job_id = job_id;
-  stored.attempt = attempt;
-  v1::Allocation& a = stored.allocation;
-  a.set_node(node->name);
-  for (int32_t g : hold->share.gpu_indices) a.add_gpu_indices(g);
-  for (int r : hold->live_ranks) a.add_ranks(r);
-  a.set_cpus(hold->share.cpus);
-  a.set_memory_bytes(hold->share.memory_bytes);
-  a.set_nvme_bytes(hold->share.nvme_bytes);
-  a.set_nic_gbps(hold->share.nic_gbps);
-  Effects effects;
-  effects.changes.push_back(store::change::PutHold{std::move(stored)});
-  Apply(std::move(effects));
 }
 
 void Controller::NodeLost(NodeRecord* node, const std::string& why) {

@@ -411,9 +411,6 @@ class Controller {
   void HandleRankStatus(NodeRecord* node, const v1::RankStatus& st,
                         bool settled = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether output the exit `st` says its rank wrote is not stored yet.
-  bool OutputBehind(const JobRecord& rec, const v1::RankStatus& st) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acts on the job's parked exits in arrival order while the first one's
   // output is stored, its wait is over, its attempt is no longer current,
   // an exit of `lost_node` is still parked (its output never comes), or
@@ -460,16 +457,10 @@ class Controller {
   // Reconciles what the agent reports running with what its node holds.
   void Reconcile(NodeRecord* node, const v1::Register& reg)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Did (job, attempt, rank) run on `node`?
-  bool RankWasOnNode(const NodeRecord& node, const JobRecord& rec,
-                     int32_t attempt, int32_t rank) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleLog(NodeRecord* node, const v1::AgentMessage& msg)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleMetrics(NodeRecord* node, const v1::TrainMetrics& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The node's row as the store keeps it (a drain on its way included).
-  static store::StoredNode StoredNodeOf(const NodeRecord& node);
   // Writes the node's row; `answer` as for Apply.
   void PersistNode(const NodeRecord& node,
                    std::function<void(absl::Status)> answer)

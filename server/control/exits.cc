@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "common/text.h"
 #include "server/control/controller.h"
+#include "server/state/node_life.h"
 
 namespace xl::control {
 namespace {
@@ -22,35 +23,6 @@ void Log(const std::string& line) {
 }
 
 }  // namespace
-
-bool Controller::RankWasOnNode(const NodeRecord& node, const JobRecord& rec,
-                               int32_t attempt, int32_t rank) const {
-  if (const state::Hold* hold =
-          model_.ledger.FindHold(node.name, rec.id, attempt)) {
-    return std::find(hold->all_ranks.begin(), hold->all_ranks.end(), rank) !=
-           hold->all_ranks.end();
-  }
-  if (rec.job.attempt() != attempt) return false;
-  for (const auto& a : rec.job.allocations()) {
-    if (a.node() != node.name) continue;
-    return std::find(a.ranks().begin(), a.ranks().end(), rank) !=
-           a.ranks().end();
-  }
-  return false;
-}
-
-bool Controller::OutputBehind(const JobRecord& rec,
-                              const v1::RankStatus& st) const {
-  // Output past the job's quota is dropped: nothing more will come.
-  if (st.state() != v1::RANK_EXITED) return false;
-  auto stored = [&](v1::LogStream stream) -> int64_t {
-    if (rec.log_ends_attempt != st.attempt()) return 0;
-    auto it = rec.log_ends.find({st.rank(), stream});
-    return it == rec.log_ends.end() ? 0 : it->second;
-  };
-  return stored(v1::STDOUT) < st.stdout_bytes() ||
-         stored(v1::STDERR) < st.stderr_bytes();
-}
 
 void Controller::SettleExits(int64_t job_id, bool now,
                              const std::string& lost_node) {
@@ -81,7 +53,7 @@ void Controller::SettleExits(int64_t job_id, bool now,
     }
     const bool lost_ahead = lost_left > 0;
     if (p.node == lost_node && lost_left > 0) --lost_left;
-    const bool behind = current && OutputBehind(*rec, p.status);
+    const bool behind = current && state::OutputBehind(*rec, p.status);
     const bool waited = mono_now >= p.until;
     if (behind && !now && !lost_ahead && !waited) return;
     JobRecord::ParkedExit ready = std::move(rec->parked_exits.front());

@@ -11,6 +11,7 @@
 #include "common/limits.h"
 #include "common/status.h"
 #include "server/control/controller.h"
+#include "server/state/node_life.h"
 
 namespace xl::control {
 
@@ -70,7 +71,7 @@ void Controller::HandleLog(NodeRecord* node, const v1::AgentMessage& msg) {
   const v1::LogChunk& log = msg.log();
   JobRecord* rec = model_.jobs.Find(log.job_id());
   if (rec == nullptr ||
-      !RankWasOnNode(*node, *rec, log.attempt(), log.rank())) {
+      !state::RankWasOnNode(model_, *node, *rec, log.attempt(), log.rank())) {
     // Not a rank of this node: dropped (acknowledged, so it is not resent).
     if (msg.seq() != 0) node->conn->Send(ack);
     return;
@@ -132,7 +133,7 @@ void Controller::HandleMetrics(NodeRecord* node, const v1::TrainMetrics& m) {
   JobRecord* rec = model_.jobs.Find(m.job_id());
   if (rec == nullptr || rec->job.attempt() != m.attempt() ||
       !state::JobTable::IsActive(rec->job.state()) || m.rank() != 0 ||
-      !RankWasOnNode(*node, *rec, m.attempt(), m.rank())) {
+      !state::RankWasOnNode(model_, *node, *rec, m.attempt(), m.rank())) {
     return;
   }
   auto point = std::make_shared<v1::TrainMetrics>(m);

@@ -7,6 +7,7 @@
 #include "common/duration.h"
 #include "common/status.h"
 #include "server/control/controller.h"
+#include "server/state/node_life.h"
 
 namespace xl::control {
 
@@ -96,22 +97,10 @@ absl::StatusOr<v1::Node> Controller::GetNode(const std::string& name) {
   return NodeToProto(*node);
 }
 
-store::StoredNode Controller::StoredNodeOf(const NodeRecord& node) {
-  store::StoredNode stored;
-  stored.name = node.name;
-  stored.inventory = node.inventory;
-  stored.drained = node.drain_writing ? node.drain_writing->drained
-                                      : node.drained;
-  stored.state_reason = node.drain_writing ? node.drain_writing->reason
-                                           : node.drain_reason;
-  stored.register_time = node.register_time;
-  return stored;
-}
-
 void Controller::PersistNode(const NodeRecord& node,
                              std::function<void(absl::Status)> answer) {
   Effects effects;
-  effects.changes.push_back(store::change::PutNode{StoredNodeOf(node)});
+  effects.changes.push_back(store::change::PutNode{state::StoredNodeOf(node)});
   effects.answer = std::move(answer);
   Apply(std::move(effects));
 }
@@ -135,21 +124,12 @@ void Controller::SetDrained(
       // The model takes the change once it is on disk: a failed write
       // leaves the node as every reader saw it.
       const uint64_t seq = ++drain_writes_;
-      node->drain_writing =
-          NodeRecord::DrainWrite{drained, drained ? reason : "", seq};
       Effects effects;
-      effects.changes.push_back(store::change::PutNode{StoredNodeOf(*node)});
+      effects.changes = state::BeginDrain(node, drained, reason, seq);
       effects.apply = [this, name, seq] {
         mu_.AssertHeld();
         NodeRecord* node = model_.nodes.Find(name);
-        if (node == nullptr || !node->drain_writing ||
-            node->drain_writing->seq != seq) {
-          return;  // a later drain or resume is on its way
-        }
-        node->drained = node->drain_writing->drained;
-        node->drain_reason = node->drain_writing->reason;
-        node->drain_writing.reset();
-        node->early_failures.clear();
+        if (node == nullptr || !state::CommitDrain(node, seq)) return;
         if (!node->drained) capacity_freed_ = true;
         pass_needed_ = true;
         wake_ = true;

@@ -2,6 +2,7 @@
 // versions, recorded changes, changes written store-first) and the checks a
 // queue makes at submit. Fair share is in fair_share.cc.
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "common/status.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/control/controller.h"
+#include "server/state/queue_edits.h"
 
 namespace xl::control {
 namespace {
@@ -152,61 +154,24 @@ absl::Status Controller::ApplyQueueToSpec(const scheduler::Submitter& who,
 void Controller::ChangeQueue(const std::string& by, const std::string& action,
                              v1::Queue queue,
                              std::function<void(absl::Status)> answer) {
-  v1::QueueChange change;
-  change.set_seq(model_.next_queue_change_seq++);
-  // A queue's version is the seq of its last change: it only ever goes up,
-  // also across a delete and a create of the same name.
-  if (action != "delete") queue.set_version(change.seq());
-  *change.mutable_time() = ToProtoTime(clock_->Now());
-  change.set_queue(queue.spec().name());
-  change.set_by(by);
-  change.set_action(action);
-  *change.mutable_spec() = queue.spec();
-  change.set_version(queue.version());
-  const std::string name = queue.spec().name();
-  const bool remove = action == "delete";
-  std::vector<store::StoredUsage> forget;
-  if (remove) {
-    // A queue made again later under the name starts with no usage.
-    forget.push_back({name, "", 0, clock_->Now()});
-    for (auto it = model_.user_usage.lower_bound({name, ""});
-         it != model_.user_usage.end() && it->first.first == name; ++it) {
-      forget.push_back({name, it->first.second, 0, clock_->Now()});
-    }
-  }
+  auto edit = std::make_shared<state::QueueEdit>(
+      state::EditQueue(&model_, by, action, std::move(queue), clock_->Now()));
+  const std::string name = edit->name;
   // The model takes the change once it is on disk; until then further
   // changes to the queue wait (WaitForQueueWrite), so each is checked
   // against the version before it.
-  queue_writing_[name] =
-      remove ? std::nullopt : std::optional<v1::QueueSpec>(queue.spec());
+  queue_writing_[name] = edit->remove ? std::nullopt
+                                      : std::optional<v1::QueueSpec>(
+                                            edit->queue.spec());
   Effects effects;
-  if (remove) {
-    effects.changes.push_back(store::change::DeleteQueue{name});
-  } else {
-    effects.changes.push_back(store::change::PutQueue{queue});
-  }
-  for (auto& row : forget) {
-    effects.changes.push_back(store::change::PutUsage{std::move(row)});
-  }
-  effects.changes.push_back(store::change::AddQueueChange{change});
-  effects.apply = [this, name, remove, queue = std::move(queue),
-                  change = std::move(change)] {
+  effects.changes = edit->changes;
+  effects.apply = [this, edit] {
     mu_.AssertHeld();
-    if (remove) {
-      model_.queues.erase(name);
-      policies_.erase(name);
-      model_.queue_usage.erase(name);
-      for (auto it = model_.user_usage.lower_bound({name, ""});
-           it != model_.user_usage.end() && it->first.first == name;) {
-        it = model_.user_usage.erase(it);
-      }
+    state::CommitQueueEdit(&model_, *edit);
+    if (edit->remove) {
+      policies_.erase(edit->name);
     } else {
-      model_.queues[name] = queue;
-      SetPolicy(queue.spec());
-    }
-    model_.queue_changes.push_back(change);
-    while (model_.queue_changes.size() > store::kLoadedQueueChanges) {
-      model_.queue_changes.pop_front();
+      SetPolicy(edit->queue.spec());
     }
     // Policies changed: the whole queue is looked at again.
     capacity_freed_ = true;
@@ -353,16 +318,9 @@ void Controller::DeleteQueue(const std::string& user, const std::string& name,
           "queue ", name, " is not defined; xlctl queue list shows the "
           "queues"));
     } else {
-      int64_t pending = 0, running = 0;
-      const auto& by = model_.jobs.pending_by_queue_user();
-      for (auto p = by.lower_bound({name, ""});
-           p != by.end() && p->first.first == name; ++p) {
-        pending += p->second;
-      }
-      for (int64_t id : model_.jobs.active()) {
-        const JobRecord* rec = model_.jobs.Find(id);
-        if (rec != nullptr && rec->job.spec().queue() == name) ++running;
-      }
+      const state::QueueJobs jobs = state::JobsInQueue(model_, name);
+      int64_t pending = jobs.pending;
+      const int64_t running = jobs.active;
       // Submits accepted and still being written count as pending.
       for (auto p = submitting_queue_.lower_bound({name, ""});
            p != submitting_queue_.end() && p->first.first == name; ++p) {

@@ -11,89 +11,19 @@
 #include <variant>
 #include <vector>
 
+#include "tests/server/model_fixture.h"
+
 namespace xl::state {
 namespace {
 
-class Recording : public AgentConnection {
- public:
-  bool Send(const v1::SchedulerMessage&) override { return true; }
-  void Close(const std::string&) override {}
-  std::string PeerAddress() const override { return "10.0.0.9"; }
-};
+using testing::Count;
+using testing::kNow;
+using testing::NullConnection;
 
-const Now kNow{absl::FromUnixSeconds(1'000'000), absl::FromUnixSeconds(500)};
-
-store::StoredNode Node(const std::string& name) {
-  store::StoredNode n;
-  n.name = name;
-  n.inventory.set_hostname(name);
-  n.inventory.set_address(name + ".cluster:7071");
-  n.inventory.set_cpus(8);
-  n.inventory.set_memory_bytes(64ll << 30);
-  for (int i = 0; i < 2; ++i) {
-    auto* g = n.inventory.add_gpus();
-    g->set_index(i);
-    g->set_memory_bytes(80ll << 30);
-  }
-  return n;
-}
-
-// Nodes "a" and "b" (2 GPUs each, agents connected); job 7 pending: 2
-// nodes x 1 GPU, one retry.
-class LifecycleTest : public ::testing::Test {
+// Job 7 pending: 2 nodes x 1 GPU, one rank a node, one retry.
+class LifecycleTest : public testing::ModelTest {
  protected:
-  LifecycleTest() : model_(29500, 1000) {
-    store::StoredState s;
-    s.nodes = {Node("a"), Node("b")};
-    v1::Job job;
-    job.set_id("7");
-    job.set_user("alice");
-    job.set_state(v1::PENDING);
-    job.set_attempt(1);
-    auto* res = job.mutable_spec()->mutable_resources();
-    res->set_nodes(2);
-    res->set_gpus_per_node(1);
-    res->set_ranks_per_node(1);
-    job.mutable_spec()->set_max_retries(1);
-    s.jobs.push_back(job);
-    v1::JobEvent submitted;
-    submitted.set_job_id("7");
-    submitted.set_seq(1);
-    submitted.set_to_state(v1::PENDING);
-    s.events.push_back(submitted);
-    s.last_job_id = 7;
-    Model::LoadClock clock;
-    clock.now_wall = kNow.wall;
-    clock.now_mono = kNow.mono;
-    model_.Load(&s, clock);
-    for (const char* n : {"a", "b"}) {
-      model_.nodes.Find(n)->conn = std::make_shared<Recording>();
-    }
-    rec_ = model_.jobs.Find(7);
-  }
-
-  static scheduler::Placement OnAAndB() {
-    scheduler::Placement p;
-    p.shares.push_back({"a", {0}, 1, 1 << 30, 0, 0});
-    p.shares.push_back({"b", {1}, 1, 1 << 30, 0, 0});
-    return p;
-  }
-
-  Step Started() {
-    auto step = Start(&model_, rec_, OnAAndB(), "tok", kNow);
-    EXPECT_TRUE(step.ok()) << step.status();
-    return step.ok() ? *std::move(step) : Step{};
-  }
-
-  template <typename T>
-  static int Count(const store::Changes& changes) {
-    int n = 0;
-    for (const auto& c : changes) n += std::holds_alternative<T>(c) ? 1 : 0;
-    return n;
-  }
-
-  Model model_;
-  JobRecord* rec_ = nullptr;
+  LifecycleTest() : ModelTest(/*ranks_per_node=*/1, /*max_retries=*/1) {}
 };
 
 TEST_F(LifecycleTest, StartPlacesTheAttemptAndSaysWhatToRecord) {
