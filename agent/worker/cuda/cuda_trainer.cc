@@ -30,6 +30,7 @@
 #include "agent/worker/loop/batch_fit.h"
 #include "agent/worker/loop/checkpoint.h"
 #include "agent/worker/loop/resume.h"
+#include "agent/worker/loop/step_end.h"
 #include "common/duration.h"
 #include "common/planner/xl_train_gpus.h"
 #include "common/status.h"
@@ -277,10 +278,11 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
   }
   const int64_t count = model->param_count();
   const uint64_t fingerprint = ConfigFingerprint(config);
-  // Periodic checkpoints are written off the loop: it pays only for the
-  // copy from the GPU.
-  CheckpointWriter writer(PeriodicCheckpoints(
-      checkpoint_dir, fingerprint, options.base.keep_checkpoints));
+  // Metrics, checkpoints (periodic ones written off the loop: it pays only
+  // for the copy from the GPU), stop.
+  StepEnd ends(config,
+               {rank, checkpoint_dir, fingerprint,
+                options.base.keep_checkpoints, options.base.crash_after_steps});
 
   // Init or resume, step two: rank 0's checkpoint is broadcast, so every
   // rank holds bitwise the same state.
@@ -508,52 +510,29 @@ absl::Status Train(const TrainConfig& given, const RankInfo& info,
     if (step >= first_timed) ++timed_steps;
     const int64_t done = step + 1;
 
-    if (rank == 0 && (done % config.metrics_every == 0 ||
-                      done == config.steps || stopping)) {
+    if (ends.MetricsDue(done, stopping)) {
       sample_memory();
       v1::TrainMetrics m = interval.Finish(done, loss, peak_used);
       if (sink != nullptr) sink->Report(m);
     }
-
-    const bool periodic =
-        config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
-    if (rank == 0 && !checkpoint_dir.empty() && (periodic || stopping)) {
-      // One write at a time: a disk that does not keep up slows the loop.
-      (void)writer.Wait();  // Its failure was said when it happened.
-      TrainState s;
-      s.step = done;
-      s.batch_per_rank = batch;
-      s.params.resize(count);
-      s.m.resize(count);
-      s.v.resize(count);
-      RETURN_IF_ERROR(model->GetParams(s.params.data()));
-      RETURN_IF_ERROR(model->GetOptimizerState(
-          s.m.data(), s.v.data(), &s.adam_t, &s.loss_scale, &s.good_steps));
-      if (stopping) {
-        absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
-                                          options.base.keep_checkpoints);
-        if (!st.ok()) return Annotate(st, "final checkpoint");
-      } else {
-        writer.Submit(std::move(s));
-      }
-    }
+    RETURN_IF_ERROR(ends.Checkpoint(
+        done, stopping, batch, [&](TrainState* s) -> absl::Status {
+          s->params.resize(count);
+          s->m.resize(count);
+          s->v.resize(count);
+          RETURN_IF_ERROR(model->GetParams(s->params.data()));
+          return model->GetOptimizerState(s->m.data(), s->v.data(),
+                                          &s->adam_t, &s->loss_scale,
+                                          &s->good_steps);
+        }));
     if (stopping) {
       if (options.base.final_params) {
         options.base.final_params->resize(count);
         RETURN_IF_ERROR(model->GetParams(options.base.final_params->data()));
       }
-      return absl::CancelledError(absl::StrCat(
-          "stopped by SIGTERM after step ", done,
-          checkpoint_dir.empty()
-              ? " (no checkpoint dir, nothing saved)"
-              : absl::StrCat("; checkpoint ",
-                             CheckpointPath(checkpoint_dir, done))));
+      return ends.Stopped(done);
     }
-    if (options.base.crash_after_steps > 0 &&
-        done == options.base.crash_after_steps) {
-      return absl::AbortedError(
-          absl::StrCat("simulated crash after step ", done));
-    }
+    RETURN_IF_ERROR(ends.CrashPoint(done));
   }
   const double timed_wall = Seconds(timed_start, absl::Now());
   sample_memory();

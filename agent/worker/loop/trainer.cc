@@ -16,6 +16,7 @@
 #include "agent/worker/loop/batch_fit.h"
 #include "agent/worker/loop/checkpoint.h"
 #include "agent/worker/loop/resume.h"
+#include "agent/worker/loop/step_end.h"
 #include "agent/worker/model/adamw.h"
 #include "common/duration.h"
 #include "common/status.h"
@@ -103,9 +104,9 @@ absl::Status RunTraining(const TrainConfig& given, const RankInfo& info,
             config.learning_rate, config.weight_decay);
   const int64_t count = model.param_count();
   const uint64_t fingerprint = ConfigFingerprint(config);
-  // Periodic checkpoints are written off the loop.
-  CheckpointWriter writer(
-      PeriodicCheckpoints(checkpoint_dir, fingerprint, options.keep_checkpoints));
+  // Metrics, checkpoints (periodic ones written off the loop), stop.
+  StepEnd ends(config, {rank, checkpoint_dir, fingerprint,
+                        options.keep_checkpoints, options.crash_after_steps});
 
   // Resume (loop/resume.h): rank 0's newest valid checkpoint, the same on
   // every rank.
@@ -221,45 +222,26 @@ absl::Status RunTraining(const TrainConfig& given, const RankInfo& info,
                      Seconds(t2, t3b), Seconds(t0, t4), bucket_seconds.data());
     const int64_t done = step + 1;
 
-    if (rank == 0 && (done % config.metrics_every == 0 ||
-                      done == config.steps || stopping)) {
+    if (ends.MetricsDue(done, stopping)) {
       v1::TrainMetrics m = interval.Finish(done, scalars[0], worker_bytes);
       if (sink != nullptr) sink->Report(m);
     }
-
-    const bool periodic =
-        config.checkpoint_every > 0 && done % config.checkpoint_every == 0;
-    if (rank == 0 && !checkpoint_dir.empty() && (periodic || stopping)) {
-      // One write at a time: a disk that does not keep up slows the loop.
-      (void)writer.Wait();  // Its failure was said when it happened.
-      TrainState s;
-      s.step = done;
-      s.batch_per_rank = batch;
-      s.adam_t = opt.t();
-      s.params = model.params();
-      s.m = opt.m();
-      s.v = opt.v();
-      if (stopping) {
-        absl::Status st = WriteCheckpoint(checkpoint_dir, s, fingerprint,
-                                          options.keep_checkpoints);
-        if (!st.ok()) return Annotate(st, "final checkpoint");
-      } else {
-        writer.Submit(std::move(s));
-      }
+    if (absl::Status st = ends.Checkpoint(done, stopping, batch,
+                                          [&](TrainState* s) {
+                                            s->adam_t = opt.t();
+                                            s->params = model.params();
+                                            s->m = opt.m();
+                                            s->v = opt.v();
+                                            return absl::OkStatus();
+                                          });
+        !st.ok()) {
+      return st;
     }
     if (stopping) {
       if (options.final_params) *options.final_params = model.params();
-      return absl::CancelledError(absl::StrCat(
-          "stopped by SIGTERM after step ", done,
-          checkpoint_dir.empty()
-              ? " (no checkpoint dir, nothing saved)"
-              : absl::StrCat("; checkpoint ",
-                             CheckpointPath(checkpoint_dir, done))));
+      return ends.Stopped(done);
     }
-    if (options.crash_after_steps > 0 && done == options.crash_after_steps) {
-      return absl::AbortedError(
-          absl::StrCat("simulated crash after step ", done));
-    }
+    if (absl::Status st = ends.CrashPoint(done); !st.ok()) return st;
   }
   if (options.final_params) *options.final_params = model.params();
   if (rank == 0) {
