@@ -1,5 +1,7 @@
 #include "server/store/change_codec.h"
 
+#include <climits>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <variant>
@@ -88,6 +90,14 @@ struct Encoder {
   }
 };
 
+// ToUnixMicros saturates the infinite times at the ends of int64: read
+// back as what they were.
+absl::Time FromMicros(int64_t us) {
+  if (us == std::numeric_limits<int64_t>::min()) return absl::InfinitePast();
+  if (us == std::numeric_limits<int64_t>::max()) return absl::InfiniteFuture();
+  return absl::FromUnixMicros(us);
+}
+
 absl::StatusOr<Change> Decode(pb::Change* c, int i) {
   switch (c->change_case()) {
     case pb::Change::kPutJob:
@@ -111,7 +121,7 @@ absl::StatusOr<Change> Decode(pb::Change* c, int i) {
       node.inventory = std::move(*n->mutable_inventory());
       node.drained = n->drained();
       node.state_reason = std::move(*n->mutable_state_reason());
-      node.register_time = absl::FromUnixMicros(n->register_time_us());
+      node.register_time = FromMicros(n->register_time_us());
       return change::PutNode{std::move(node)};
     }
     case pb::Change::kPutHold: {
@@ -152,13 +162,13 @@ absl::StatusOr<Change> Decode(pb::Change* c, int i) {
       usage.queue = std::move(*u->mutable_queue());
       usage.user = std::move(*u->mutable_user());
       usage.gpu_seconds = u->gpu_seconds();
-      usage.as_of = absl::FromUnixMicros(u->as_of_us());
+      usage.as_of = FromMicros(u->as_of_us());
       return change::PutUsage{std::move(usage)};
     }
     case pb::Change::CHANGE_NOT_SET:
       break;
   }
-  return absl::DataLossError(absl::StrCat(
+  return absl::FailedPreconditionError(absl::StrCat(
       "change batch: change ", i,
       " is of no kind this scheduler knows (written by a newer release?); "
       "run the same release on every replica"));
@@ -166,16 +176,29 @@ absl::StatusOr<Change> Decode(pb::Change* c, int i) {
 
 }  // namespace
 
-std::string EncodeChanges(const Changes& changes) {
+absl::StatusOr<std::string> EncodeChanges(const Changes& changes) {
   pb::ChangeBatch batch;
   batch.set_format(kChangeBatchFormat);
   for (const Change& c : changes) {
     std::visit(Encoder{batch.add_changes()}, c);
   }
-  return batch.SerializeAsString();
+  const size_t size = batch.ByteSizeLong();
+  if (size > static_cast<size_t>(INT_MAX)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "change batch: ", size,
+        " bytes, over the 2 GiB a batch may have; write in smaller steps"));
+  }
+  // Maps (a job's env, a node's labels) in key order: every replica gets
+  // the same bytes.
+  return DeterministicBytes(batch);
 }
 
 absl::StatusOr<Changes> DecodeChanges(absl::string_view bytes) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+    return absl::DataLossError(absl::StrCat(
+        "change batch: ", bytes.size(),
+        " bytes, over the 2 GiB a batch may have; the log is damaged"));
+  }
   pb::ChangeBatch batch;
   if (!batch.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::DataLossError(absl::StrCat(

@@ -1,6 +1,8 @@
 #include "server/store/changes.h"
 
 #include "common/status.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace xl::store {
 namespace {
@@ -57,6 +59,15 @@ struct Writer {
 };
 
 }  // namespace
+
+std::string DeterministicBytes(const google::protobuf::MessageLite& m) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  m.SerializeToCodedStream(&coded);
+  return out;
+}
 
 absl::Status WriteChanges(const Changes& changes, Tx& tx) {
   Writer writer{tx};

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "google/protobuf/message_lite.h"
 #include "server/store/store.h"
 #include "xl/v1/job.pb.h"
 #include "xl/v1/node.pb.h"
@@ -98,6 +99,10 @@ using Change =
                  change::DeleteJob, change::PutQueue, change::DeleteQueue,
                  change::AddQueueChange, change::PutUsage>;
 using Changes = std::vector<Change>;
+
+// `m` serialized with maps in key order: the same message gives the same
+// bytes in every process (rows and log entries that replicas compare).
+std::string DeterministicBytes(const google::protobuf::MessageLite& m);
 
 // Makes the changes in order inside `tx`; stops at the first error.
 absl::Status WriteChanges(const Changes& changes, Tx& tx);

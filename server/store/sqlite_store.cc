@@ -9,6 +9,7 @@
 #include "common/duration.h"
 #include "common/limits.h"
 #include "common/status.h"
+#include "server/store/changes.h"
 #include "server/store/migrator.h"
 
 namespace xl::store {
@@ -236,7 +237,7 @@ absl::Status SqliteTx::PutJob(const v1::Job& job) {
   s->BindText(4, job.spec().queue());
   s->BindInt(5, job.state());
   s->BindInt(6, ToUs(job.create_time()));
-  s->BindBlob(7, job.SerializeAsString());
+  s->BindBlob(7, DeterministicBytes(job));
   return s->Run();
 }
 
@@ -255,7 +256,7 @@ absl::Status SqliteTx::AddEvent(const v1::JobEvent& e) {
 absl::Status SqliteTx::PutNode(const StoredNode& n) {
   Statement* s = store_->put_node_.get();
   s->BindText(1, n.name);
-  s->BindBlob(2, n.inventory.SerializeAsString());
+  s->BindBlob(2, DeterministicBytes(n.inventory));
   s->BindInt(3, n.drained ? 1 : 0);
   s->BindText(4, n.state_reason);
   s->BindInt(5, absl::ToUnixMicros(n.register_time));
@@ -265,7 +266,7 @@ absl::Status SqliteTx::PutNode(const StoredNode& n) {
 absl::Status SqliteTx::PutQueue(const v1::Queue& q) {
   Statement* s = store_->put_queue_.get();
   s->BindText(1, q.spec().name());
-  s->BindBlob(2, q.spec().SerializeAsString());
+  s->BindBlob(2, DeterministicBytes(q.spec()));
   s->BindInt(3, q.version());
   s->BindInt(4, ToUs(q.update_time()));
   s->BindText(5, q.updated_by());
@@ -284,7 +285,7 @@ absl::Status SqliteTx::AddQueueChange(const v1::QueueChange& c) {
   s->BindText(2, c.queue());
   s->BindText(3, c.by());
   s->BindText(4, c.action());
-  s->BindBlob(5, c.spec().SerializeAsString());
+  s->BindBlob(5, DeterministicBytes(c.spec()));
   s->BindInt(6, c.version());
   s->BindInt(7, c.seq());
   return s->Run();
@@ -328,7 +329,7 @@ absl::Status SqliteTx::AppendMetrics(const v1::TrainMetrics& m) {
   Statement* s = store_->append_metrics_.get();
   s->BindInt(1, JobRowId(m.job_id()));
   s->BindInt(2, ToUs(m.time()));
-  s->BindBlob(3, m.SerializeAsString());
+  s->BindBlob(3, DeterministicBytes(m));
   return s->Run();
 }
 
@@ -338,7 +339,7 @@ absl::Status SqliteTx::PutRankExit(int64_t job_id, int32_t attempt,
   s->BindInt(1, job_id);
   s->BindInt(2, attempt);
   s->BindInt(3, exit.rank());
-  s->BindBlob(4, exit.SerializeAsString());
+  s->BindBlob(4, DeterministicBytes(exit));
   return s->Run();
 }
 
@@ -355,7 +356,7 @@ absl::Status SqliteTx::PutHold(const StoredHold& h) {
   s->BindText(1, h.allocation.node());
   s->BindInt(2, h.job_id);
   s->BindInt(3, h.attempt);
-  s->BindBlob(4, h.allocation.SerializeAsString());
+  s->BindBlob(4, DeterministicBytes(h.allocation));
   return s->Run();
 }
 
