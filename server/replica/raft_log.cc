@@ -1,0 +1,379 @@
+#include "server/replica/raft_log.h"
+
+#include <signal.h>
+#include <uv.h>
+
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+
+// raft.h declares no extern "C" of its own.
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+}
+
+namespace xl::replica {
+namespace {
+
+// Entries in flight when a close is asked for get this long to finish.
+constexpr absl::Duration kCloseGrace = absl::Seconds(3);
+// How often the loop refreshes state() and looks at a pending close.
+constexpr uint64_t kTickMs = 20;
+
+// raft 0.15 reads back from its segments only entries whose length is a
+// multiple of 8 (it writes others padded, then reads the next batch from
+// the wrong byte). An entry is therefore framed: its length as 8 bytes,
+// little-endian, then the bytes, then zeros up to a multiple of 8.
+bool Frame(absl::string_view entry, struct raft_buffer* buf) {
+  const uint64_t n = entry.size();
+  buf->len = 8 + (n + 7) / 8 * 8;
+  buf->base = raft_malloc(buf->len);
+  if (buf->base == nullptr) return false;
+  auto* out = static_cast<unsigned char*>(buf->base);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(n >> (8 * i));
+  memcpy(out + 8, entry.data(), n);
+  memset(out + 8 + n, 0, buf->len - 8 - n);
+  return true;
+}
+
+bool Unframe(const struct raft_buffer& buf, absl::string_view* entry) {
+  if (buf.len < 8) return false;
+  const auto* in = static_cast<const unsigned char*>(buf.base);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(in[i]) << (8 * i);
+  if (n > buf.len - 8) return false;
+  *entry = absl::string_view(reinterpret_cast<const char*>(in + 8), n);
+  return true;
+}
+
+unsigned Millis(absl::Duration d) {
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+}  // namespace
+
+struct RaftLog::Impl {
+  struct Pending {
+    std::string entry;
+    std::function<void(absl::Status)> done;
+  };
+  struct Apply {
+    struct raft_apply req;
+    std::function<void(absl::Status)> done;
+    Impl* impl;
+  };
+
+  Options options;
+  std::thread thread;
+  absl::Notification started;
+  absl::Status start_status;
+
+  uv_loop_t loop;
+  uv_async_t wake;
+  uv_timer_t tick;
+  struct raft_uv_transport transport {};
+  struct raft_io io {};
+  struct raft_fsm fsm {};
+  struct raft raft {};
+  bool raft_ready = false;  // raft_init succeeded: raft_close closes it
+
+  mutable absl::Mutex mu;
+  std::deque<Pending> queue ABSL_GUARDED_BY(mu);
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  State state ABSL_GUARDED_BY(mu);
+
+  // Loop thread only.
+  int in_flight = 0;
+  bool close_begun = false;
+  bool raft_closed = false;
+  absl::Time close_deadline = absl::InfiniteFuture();
+
+  void Run();
+  absl::Status Open();
+  void OnWake();
+  void OnTick();
+  void Refresh();
+  void MaybeClose();
+  void CloseHandles();
+  void Submit(Pending p);
+};
+
+void RaftLog::Impl::Run() {
+  uv_loop_init(&loop);
+  wake.data = this;
+  tick.data = this;
+  uv_async_init(&loop, &wake,
+                [](uv_async_t* h) { static_cast<Impl*>(h->data)->OnWake(); });
+  uv_timer_init(&loop, &tick);
+  start_status = Open();
+  if (start_status.ok()) {
+    Refresh();
+  } else {
+    absl::MutexLock lock(&mu);
+    closing = true;
+  }
+  started.Notify();
+  uv_timer_start(
+      &tick, [](uv_timer_t* t) { static_cast<Impl*>(t->data)->OnTick(); },
+      kTickMs, kTickMs);
+  if (!start_status.ok()) MaybeClose();
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+}
+
+absl::Status RaftLog::Impl::Open() {
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("raft directory ", options.dir, ": ", ec.message(),
+                     "; give a writable --raft-dir"));
+  }
+  auto self = options.peers.find(options.id);
+  if (options.id == 0 || self == options.peers.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica id ", options.id,
+                     " is not among the peers; list every "
+                     "replica, this one included, as id=host:port"));
+  }
+  int rv = raft_uv_tcp_init(&transport, &loop);
+  if (rv != 0) {
+    return absl::InternalError(
+        absl::StrCat("raft transport: ", raft_strerror(rv)));
+  }
+  rv = raft_uv_init(&io, &loop, options.dir.c_str(), &transport);
+  if (rv != 0) {
+    const std::string why = io.errmsg;
+    raft_uv_tcp_close(&transport);
+    return absl::FailedPreconditionError(
+        absl::StrCat("raft log in ", options.dir, ": ", why));
+  }
+  raft_uv_set_connect_retry_delay(&io, 100);
+  fsm.version = 1;
+  fsm.data = this;
+  fsm.apply = [](struct raft_fsm* f, const struct raft_buffer* buf,
+                 void** result) -> int {
+    Impl* impl = static_cast<Impl*>(f->data);
+    *result = nullptr;
+    // raft counts every entry it applies; this one is the next.
+    absl::string_view entry;
+    if (!Unframe(*buf, &entry)) return RAFT_MALFORMED;
+    const absl::Status st =
+        impl->options.apply(impl->raft.last_applied + 1, entry);
+    return st.ok() ? 0 : RAFT_IOERR;
+  };
+  rv = raft_init(&raft, &io, &fsm, options.id, self->second.c_str());
+  if (rv != 0) {
+    const std::string why = raft_errmsg(&raft);
+    raft_uv_close(&io);
+    raft_uv_tcp_close(&transport);
+    return absl::InternalError(absl::StrCat("raft: ", why));
+  }
+  raft.data = this;
+  raft_ready = true;
+  struct raft_configuration conf;
+  raft_configuration_init(&conf);
+  for (const auto& [id, address] : options.peers) {
+    raft_configuration_add(&conf, id, address.c_str(), RAFT_VOTER);
+  }
+  rv = raft_bootstrap(&raft, &conf);
+  raft_configuration_close(&conf);
+  if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) {  // CANTBOOTSTRAP: has a log
+    return absl::InternalError(
+        absl::StrCat("raft bootstrap: ", raft_errmsg(&raft)));
+  }
+  raft_set_election_timeout(&raft, Millis(options.election_timeout));
+  raft_set_heartbeat_timeout(&raft, Millis(options.heartbeat));
+  raft_set_snapshot_threshold(&raft, UINT_MAX);  // no snapshots yet
+  rv = raft_start(&raft);
+  if (rv != 0) {
+    return absl::InternalError(
+        absl::StrCat("raft start: ", raft_errmsg(&raft)));
+  }
+  return absl::OkStatus();
+}
+
+void RaftLog::Impl::OnWake() {
+  std::deque<Pending> taken;
+  bool close;
+  {
+    absl::MutexLock lock(&mu);
+    taken.swap(queue);
+    close = closing;
+  }
+  for (Pending& p : taken) {
+    if (close || raft_closed) {
+      p.done(absl::UnavailableError(
+          "this scheduler replica is shutting down; retry on another"));
+      continue;
+    }
+    if (raft_state(&raft) != RAFT_LEADER) {
+      raft_id id = 0;
+      const char* address = nullptr;
+      raft_leader(&raft, &id, &address);
+      p.done(absl::FailedPreconditionError(
+          id == 0 ? std::string("no leader elected yet; retry in a moment")
+                  : absl::StrCat("not the leader; the leader is replica ", id,
+                                 " at ", address)));
+      continue;
+    }
+    struct raft_buffer buf;
+    if (!Frame(p.entry, &buf)) {
+      p.done(absl::ResourceExhaustedError("out of memory for a log entry"));
+      continue;
+    }
+    auto* a = new Apply{{}, std::move(p.done), this};
+    a->req.data = a;
+    const int rv = raft_apply(
+        &raft, &a->req, &buf, 1, [](struct raft_apply* req, int status, void*) {
+          auto* a = static_cast<Apply*>(req->data);
+          Impl* impl = a->impl;
+          --impl->in_flight;
+          if (status == 0) {
+            a->done(absl::OkStatus());
+          } else {
+            a->done(absl::UnavailableError(absl::StrCat(
+                "the leader lost its leadership before the entry committed (",
+                raft_strerror(status),
+                "); it may still commit: retry with the same idempotency "
+                "key")));
+          }
+          delete a;
+          impl->MaybeClose();
+        });
+    if (rv != 0) {
+      raft_free(buf.base);
+      a->done(absl::FailedPreconditionError(
+          absl::StrCat("not appended: ", raft_strerror(rv))));
+      delete a;
+      continue;
+    }
+    ++in_flight;
+  }
+  if (close && !close_begun) {
+    close_begun = true;
+    close_deadline = absl::Now() + kCloseGrace;
+  }
+  MaybeClose();
+}
+
+void RaftLog::Impl::OnTick() {
+  if (!raft_closed) Refresh();
+  MaybeClose();
+}
+
+void RaftLog::Impl::Refresh() {
+  State s;
+  s.leader = raft_state(&raft) == RAFT_LEADER;
+  raft_id id = 0;
+  const char* address = nullptr;
+  raft_leader(&raft, &id, &address);
+  s.leader_id = id;
+  if (address != nullptr) s.leader_address = address;
+  s.term = raft.current_term;
+  s.commit_index = raft.commit_index;
+  s.applied_index = raft.last_applied;
+  absl::MutexLock lock(&mu);
+  state = std::move(s);
+}
+
+void RaftLog::Impl::MaybeClose() {
+  if (!close_begun || raft_closed) return;
+  // Entries in flight finish first (raft 0.15 must not be closed with
+  // appends of its own still being written), unless they take too long.
+  if (in_flight > 0 && absl::Now() < close_deadline) return;
+  raft_closed = true;
+  if (!raft_ready) {
+    CloseHandles();
+    return;
+  }
+  raft_close(&raft, [](struct raft* r) {
+    Impl* impl = static_cast<Impl*>(r->data);
+    raft_uv_close(&impl->io);
+    raft_uv_tcp_close(&impl->transport);
+    impl->CloseHandles();
+  });
+}
+
+void RaftLog::Impl::CloseHandles() {
+  {
+    absl::MutexLock lock(&mu);
+    state.leader = false;
+  }
+  uv_timer_stop(&tick);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
+}
+
+void RaftLog::Impl::Submit(Pending p) {
+  {
+    absl::MutexLock lock(&mu);
+    if (!closing) {
+      queue.push_back(std::move(p));
+      p.done = nullptr;
+    }
+  }
+  if (p.done) {
+    p.done(absl::UnavailableError(
+        "this scheduler replica is shutting down; retry on another"));
+    return;
+  }
+  uv_async_send(&wake);
+}
+
+absl::StatusOr<std::unique_ptr<RaftLog>> RaftLog::Start(Options options) {
+  if (!options.apply) {
+    return absl::InvalidArgumentError("RaftLog: no apply function");
+  }
+  // A peer that goes away mid-write must not kill the process.
+  signal(SIGPIPE, SIG_IGN);
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->Run(); });
+  impl->started.WaitForNotification();
+  if (!impl->start_status.ok()) {
+    const absl::Status st = impl->start_status;
+    {
+      absl::MutexLock lock(&raw->mu);
+      raw->closing = true;
+    }
+    uv_async_send(&raw->wake);
+    impl->thread.join();
+    return st;
+  }
+  return std::unique_ptr<RaftLog>(new RaftLog(std::move(impl)));
+}
+
+RaftLog::RaftLog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RaftLog::~RaftLog() {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->closing = true;
+  }
+  uv_async_send(&impl_->wake);
+  impl_->thread.join();
+}
+
+void RaftLog::Append(std::string entry,
+                     std::function<void(absl::Status)> done) {
+  impl_->Submit({std::move(entry), std::move(done)});
+}
+
+RaftLog::State RaftLog::state() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->state;
+}
+
+}  // namespace xl::replica
