@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,66 @@ bool Unframe(const struct raft_buffer& buf, absl::string_view* entry) {
   return true;
 }
 
+// raft 0.15's TCP transport leaves Nagle's algorithm on: a small append
+// waits for the peer's delayed ACK (about 40 ms). This wraps it and turns
+// Nagle off on every connection it makes or accepts. `t` comes first, so a
+// pointer to it is one to the whole (raft_uv keeps t.data for itself).
+struct NoDelayTransport {
+  struct raft_uv_transport t {};
+  int (*listen)(struct raft_uv_transport*, raft_uv_accept_cb) = nullptr;
+  int (*connect)(struct raft_uv_transport*, struct raft_uv_connect*, raft_id,
+                 const char*, raft_uv_connect_cb) = nullptr;
+  raft_uv_accept_cb accept = nullptr;
+};
+
+static_assert(std::is_standard_layout_v<NoDelayTransport>,
+              "a pointer to t must be one to the whole");
+
+struct NoDelayConnect {
+  struct raft_uv_connect req {};
+  struct raft_uv_connect* theirs = nullptr;
+  raft_uv_connect_cb cb = nullptr;
+};
+
+void NoDelay(struct uv_stream_s* stream) {
+  if (stream != nullptr && stream->type == UV_TCP) {
+    uv_tcp_nodelay(reinterpret_cast<uv_tcp_t*>(stream), 1);
+  }
+}
+
+void WrapNoDelay(NoDelayTransport* w) {
+  w->listen = w->t.listen;
+  w->connect = w->t.connect;
+  w->t.listen = [](struct raft_uv_transport* t, raft_uv_accept_cb cb) {
+    auto* w = reinterpret_cast<NoDelayTransport*>(t);
+    w->accept = cb;
+    return w->listen(t, [](struct raft_uv_transport* t, raft_id id,
+                           const char* address, struct uv_stream_s* stream) {
+      NoDelay(stream);
+      reinterpret_cast<NoDelayTransport*>(t)->accept(t, id, address, stream);
+    });
+  };
+  w->t.connect = [](struct raft_uv_transport* t, struct raft_uv_connect* req,
+                    raft_id id, const char* address, raft_uv_connect_cb cb) {
+    auto* w = reinterpret_cast<NoDelayTransport*>(t);
+    auto* c = new NoDelayConnect;
+    c->theirs = req;
+    c->cb = cb;
+    c->req.data = c;
+    const int rv = w->connect(t, &c->req, id, address,
+                              [](struct raft_uv_connect* req,
+                                 struct uv_stream_s* stream, int status) {
+                                auto* c =
+                                    static_cast<NoDelayConnect*>(req->data);
+                                if (status == 0) NoDelay(stream);
+                                c->cb(c->theirs, stream, status);
+                                delete c;
+                              });
+    if (rv != 0) delete c;
+    return rv;
+  };
+}
+
 unsigned Millis(absl::Duration d) {
   return static_cast<unsigned>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
@@ -81,7 +142,8 @@ struct RaftLog::Impl {
   uv_loop_t loop;
   uv_async_t wake;
   uv_timer_t tick;
-  struct raft_uv_transport transport {};
+  NoDelayTransport nodelay;
+  struct raft_uv_transport& transport = nodelay.t;
   struct raft_io io {};
   struct raft_fsm fsm {};
   struct raft raft {};
@@ -151,6 +213,7 @@ absl::Status RaftLog::Impl::Open() {
     return absl::InternalError(
         absl::StrCat("raft transport: ", raft_strerror(rv)));
   }
+  WrapNoDelay(&nodelay);
   rv = raft_uv_init(&io, &loop, options.dir.c_str(), &transport);
   if (rv != 0) {
     const std::string why = io.errmsg;
