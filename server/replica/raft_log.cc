@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <system_error>
 #include <thread>
 #include <type_traits>
@@ -27,6 +28,9 @@ namespace {
 
 // Entries in flight when a close is asked for get this long to finish.
 constexpr absl::Duration kCloseGrace = absl::Seconds(3);
+// Refusals kept for the leader's answers: entries this far behind the one
+// being applied are answered already (or were never this replica's).
+constexpr uint64_t kOutcomesKept = 100000;
 // How often the loop refreshes state() and looks at a pending close.
 constexpr uint64_t kTickMs = 20;
 
@@ -156,6 +160,8 @@ struct RaftLog::Impl {
 
   // Loop thread only.
   int in_flight = 0;
+  // Entries applied here whose outcome was not OK, by index.
+  std::map<uint64_t, absl::Status> outcomes;
   bool close_begun = false;
   bool raft_closed = false;
   absl::Time close_deadline = absl::InfiniteFuture();
@@ -231,9 +237,17 @@ absl::Status RaftLog::Impl::Open() {
     // raft counts every entry it applies; this one is the next.
     absl::string_view entry;
     if (!Unframe(*buf, &entry)) return RAFT_MALFORMED;
-    const absl::Status st =
-        impl->options.apply(impl->raft.last_applied + 1, entry);
-    return st.ok() ? 0 : RAFT_IOERR;
+    const uint64_t index = impl->raft.last_applied + 1;
+    absl::Status outcome;
+    if (!impl->options.apply(index, entry, &outcome).ok()) return RAFT_IOERR;
+    // Kept for the leader's answer (raft gives the answer the request, whose
+    // index is this one); refusals are rare, and old ones are dropped.
+    if (!outcome.ok()) impl->outcomes[index] = std::move(outcome);
+    impl->outcomes.erase(
+        impl->outcomes.begin(),
+        impl->outcomes.lower_bound(index > kOutcomesKept ? index - kOutcomesKept
+                                                         : 0));
+    return 0;
   };
   rv = raft_init(&raft, &io, &fsm, options.id, self->second.c_str());
   if (rv != 0) {
@@ -303,7 +317,13 @@ void RaftLog::Impl::OnWake() {
           Impl* impl = a->impl;
           --impl->in_flight;
           if (status == 0) {
-            a->done(absl::OkStatus());
+            absl::Status outcome;
+            auto it = impl->outcomes.find(req->index);
+            if (it != impl->outcomes.end()) {
+              outcome = std::move(it->second);
+              impl->outcomes.erase(it);
+            }
+            a->done(outcome);
           } else {
             a->done(absl::UnavailableError(absl::StrCat(
                 "the leader lost its leadership before the entry committed (",

@@ -4,12 +4,12 @@
 // replica in log order. One thread runs raft's event loop; other threads
 // append through a queue and are answered from that thread.
 //
-// What it gives: Append answers OK only once the entry is committed on a
-// majority and applied on this replica; on a replica that does not lead it
-// answers FAILED_PRECONDITION naming the leader (when one is known); an
-// entry whose leadership was lost before it committed is answered
-// UNAVAILABLE and may still commit (the caller's change must be safe to
-// make again: idempotency keys, puts rather than increments).
+// What it gives: Append answers only once the entry is committed on a
+// majority and applied on this replica, with what applying it gave; on a
+// replica that does not lead it answers FAILED_PRECONDITION naming the leader
+// (when one is known); an entry whose leadership was lost before it committed
+// is answered UNAVAILABLE and may still commit (the caller's change must be
+// safe to make again: idempotency keys, puts rather than increments).
 //
 // Not yet: snapshots (the log grows until they come: see the issue's
 // note), membership changes, TLS between replicas.
@@ -44,9 +44,14 @@ class RaftLog {
     absl::Duration election_timeout = absl::Seconds(1);
     absl::Duration heartbeat = absl::Milliseconds(100);
     // Applies a committed entry on this replica, in log order, on the loop
-    // thread. An error stops applying until it is tried again (at the next
-    // commit): a full disk delays, it does not skip.
-    std::function<absl::Status(uint64_t index, absl::string_view entry)> apply;
+    // thread, and sets *outcome to the entry's own outcome (the leader's
+    // Append answers with it: a write refused on its own, the same on every
+    // replica). An error returned says the entry could not be applied now:
+    // applying stops until it is tried again (at the next commit); a full
+    // disk delays, it does not skip.
+    std::function<absl::Status(uint64_t index, absl::string_view entry,
+                               absl::Status* outcome)>
+        apply;
   };
 
   // Starts the replica: a new one bootstraps the configuration in

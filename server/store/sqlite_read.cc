@@ -229,6 +229,14 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
       return absl::OkStatus();
     }));
   }
+  {
+    ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT log_index FROM "
+                                         "replica_applied WHERE id = 1"));
+    RETURN_IF_ERROR(s->ForEachRow([&] {
+      state.applied_index = static_cast<uint64_t>(s->ColumnInt(0));
+      return absl::OkStatus();
+    }));
+  }
   return state;
 }
 

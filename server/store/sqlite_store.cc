@@ -52,6 +52,7 @@ class SqliteTx : public Tx {
   absl::Status DeleteQueue(const std::string& name) override;
   absl::Status AddQueueChange(const v1::QueueChange& change) override;
   absl::Status PutUsage(const StoredUsage& usage) override;
+  absl::Status SetAppliedIndex(uint64_t index) override;
   absl::Status Probe() override;
 
  private:
@@ -155,6 +156,9 @@ absl::Status SqliteStore::PrepareStatements() {
   ASSIGN_OR_RETURN(delete_usage_,
                    db_->Prepare("DELETE FROM usage WHERE queue = ? AND "
                                 "user = ?"));
+  ASSIGN_OR_RETURN(set_applied_,
+                   db_->Prepare("INSERT OR REPLACE INTO replica_applied (id, "
+                                "log_index) VALUES (1, ?)"));
   ASSIGN_OR_RETURN(probe_, db_->Prepare("INSERT OR REPLACE INTO probe (id, "
                                         "time_us) VALUES (1, ?)"));
   ASSIGN_OR_RETURN(delete_logs_,
@@ -211,7 +215,7 @@ SqliteStore::~SqliteStore() {
                   &delete_rank_exits_, &put_token_, &add_event_, &put_node_,
                   &append_log_, &put_hold_, &delete_hold_, &append_metrics_,
                   &put_queue_, &delete_queue_, &add_queue_change_, &put_usage_,
-                  &delete_usage_,
+                  &delete_usage_, &set_applied_,
                   &probe_, &delete_logs_, &delete_job_, &delete_events_,
                   &delete_metrics_, &delete_job_holds_, &savepoint_, &release_,
                   &rollback_to_}) {
@@ -303,6 +307,12 @@ absl::Status SqliteTx::PutUsage(const StoredUsage& u) {
   s->BindText(2, u.user);
   s->BindDouble(3, u.gpu_seconds);
   s->BindInt(4, absl::ToUnixMicros(u.as_of));
+  return s->Run();
+}
+
+absl::Status SqliteTx::SetAppliedIndex(uint64_t index) {
+  Statement* s = store_->set_applied_.get();
+  s->BindInt(1, static_cast<int64_t>(index));
   return s->Run();
 }
 

@@ -75,6 +75,8 @@ struct StoredState {
   // The latest changes to queues, oldest first (at most kLoadedQueueChanges).
   std::vector<v1::QueueChange> queue_changes;
   std::vector<StoredUsage> usage;
+  // A replica: the last entry of the replicated log applied here (0: none).
+  uint64_t applied_index = 0;
 };
 
 inline constexpr int kLoadedQueueChanges = 1000;
@@ -123,6 +125,9 @@ class Tx {
   virtual absl::Status AddQueueChange(const v1::QueueChange& change) = 0;
   // Inserts or replaces a usage row; gpu_seconds 0 deletes it.
   virtual absl::Status PutUsage(const StoredUsage& usage) = 0;
+  // A replica: the replicated log's entry `index` is applied (with the
+  // transaction's other writes). Not a change of the scheduler's state.
+  virtual absl::Status SetAppliedIndex(uint64_t index) = 0;
   // A small write that touches the disk: tells whether writes work again.
   virtual absl::Status Probe() = 0;
 };

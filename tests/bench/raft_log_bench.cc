@@ -7,9 +7,7 @@
 // this measures the log alone, applying nothing).
 //
 // usage: raft_log_bench [--entries N] [--size B] [--inflight K] [--dir D]
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,22 +23,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/replica/raft_log.h"
+#include "tests/server/replica_testing.h"
 
 namespace {
 
 using xl::replica::RaftLog;
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 struct Result {
   double per_second = 0;
@@ -52,7 +39,7 @@ Result Run(int replicas, int entries, int size, int inflight,
            const std::string& dir) {
   std::map<uint64_t, std::string> peers;
   for (int id = 1; id <= replicas; ++id) {
-    peers[id] = absl::StrCat("127.0.0.1:", FreePort());
+    peers[id] = absl::StrCat("127.0.0.1:", xl::testing::FreePort());
   }
   std::vector<std::unique_ptr<RaftLog>> logs;
   for (int id = 1; id <= replicas; ++id) {
@@ -62,7 +49,9 @@ Result Run(int replicas, int entries, int size, int inflight,
     o.dir = absl::StrCat(dir, "/r", replicas, "-", id);
     o.election_timeout = absl::Milliseconds(300);
     o.heartbeat = absl::Milliseconds(50);
-    o.apply = [](uint64_t, absl::string_view) { return absl::OkStatus(); };
+    o.apply = [](uint64_t, absl::string_view, absl::Status*) {
+      return absl::OkStatus();
+    };
     auto log = RaftLog::Start(o);
     if (!log.ok()) {
       fprintf(stderr, "raft_log_bench: %s\n", log.status().ToString().c_str());

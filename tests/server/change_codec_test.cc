@@ -6,7 +6,6 @@
 #include "server/store/change_codec.h"
 
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include "common/duration.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/store/sqlite_store.h"
+#include "tests/server/replica_testing.h"
 #include "xl/replica/v1/log.pb.h"
 
 namespace xl::store {
@@ -42,41 +42,6 @@ std::string Bytes(const Changes& changes) {
   absl::StatusOr<std::string> bytes = EncodeChanges(changes);
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   return bytes.ok() ? *bytes : std::string();
-}
-
-// Every row of every table but `probe` (a clock), as text, table by table
-// in rowid order: two databases with the same dump hold the same bytes.
-std::string Dump(const std::string& path) {
-  sqlite3* db = nullptr;
-  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  std::vector<std::string> tables;
-  sqlite3_stmt* s = nullptr;
-  sqlite3_prepare_v2(db,
-                     "SELECT name FROM sqlite_master WHERE type = 'table' "
-                     "AND name != 'probe' ORDER BY name",
-                     -1, &s, nullptr);
-  while (sqlite3_step(s) == SQLITE_ROW) {
-    tables.emplace_back(
-        reinterpret_cast<const char*>(sqlite3_column_text(s, 0)));
-  }
-  sqlite3_finalize(s);
-  std::string out;
-  for (const std::string& t : tables) {
-    out += "== " + t + "\n";
-    sqlite3_prepare_v2(db, ("SELECT * FROM " + t).c_str(), -1, &s, nullptr);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-      for (int c = 0; c < sqlite3_column_count(s); ++c) {
-        const void* blob = sqlite3_column_blob(s, c);
-        out += std::string(static_cast<const char*>(blob),
-                           blob == nullptr ? 0 : sqlite3_column_bytes(s, c));
-        out += "|";
-      }
-      out += "\n";
-    }
-    sqlite3_finalize(s);
-  }
-  sqlite3_close(db);
-  return out;
 }
 
 v1::Job Job(int id, v1::JobState state) {
@@ -265,9 +230,9 @@ TEST(ChangeCodecTest, EveryKindDecodedWritesWhatTheChangeWrites) {
   EXPECT_EQ(a.log_ends, b.log_ends);
   EXPECT_EQ(a.last_job_id, b.last_job_id);
   // Byte for byte, every row of every table.
-  const std::string dump = Dump(dir.File("a.db"));
+  const std::string dump = xl::testing::DumpDatabase(dir.File("a.db"));
   EXPECT_NE(dump.find("bad DIMM"), std::string::npos);  // the test covers rows
-  EXPECT_EQ(dump, Dump(dir.File("b.db")));
+  EXPECT_EQ(dump, xl::testing::DumpDatabase(dir.File("b.db")));
   // The same changes give the same bytes.
   EXPECT_EQ(Bytes(original[0]), Bytes(decoded[0]));
 }

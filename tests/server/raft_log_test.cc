@@ -6,9 +6,7 @@
 #include "server/replica/raft_log.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -21,22 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "tests/server/replica_testing.h"
 
 namespace xl::replica {
 namespace {
-
-// A port free now on 127.0.0.1 (the kernel's pick).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // What one replica applied, in order.
 struct Applied {
@@ -56,13 +42,14 @@ class RaftLogTest : public ::testing::Test {
     char tmpl[] = "/tmp/xl-raft-test-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
     for (uint64_t id = 1; id <= 3; ++id) {
-      peers_[id] = absl::StrCat("127.0.0.1:", FreePort());
+      peers_[id] = absl::StrCat("127.0.0.1:", xl::testing::FreePort());
       applied_[id] = std::make_unique<Applied>();
     }
   }
   void TearDown() override {
     logs_.clear();
-    if (getenv("XL_KEEP_RAFT_DIR") == nullptr) std::filesystem::remove_all(dir_);
+    if (getenv("XL_KEEP_RAFT_DIR") == nullptr)
+      std::filesystem::remove_all(dir_);
   }
 
   absl::Status StartReplica(uint64_t id) {
@@ -73,10 +60,15 @@ class RaftLogTest : public ::testing::Test {
     o.election_timeout = absl::Milliseconds(300);
     o.heartbeat = absl::Milliseconds(50);
     Applied* applied = applied_[id].get();
-    o.apply = [applied](uint64_t index, absl::string_view entry) {
+    o.apply = [applied](uint64_t index, absl::string_view entry,
+                        absl::Status* outcome) {
       absl::MutexLock lock(&applied->mu);
       applied->entries.emplace_back(entry);
       applied->indexes.push_back(index);
+      // An entry may be refused on its own: the same everywhere.
+      if (entry.rfind("refuse", 0) == 0) {
+        *outcome = absl::AlreadyExistsError("refused");
+      }
       return absl::OkStatus();
     };
     auto log = RaftLog::Start(std::move(o));
@@ -150,6 +142,16 @@ TEST_F(RaftLogTest, TheLeadersEntriesAreAppliedEverywhereInOrder) {
     const auto& idx = applied_[leader]->indexes;
     for (size_t i = 1; i < idx.size(); ++i) EXPECT_GT(idx[i], idx[i - 1]);
   }
+  // An entry refused on its own: the leader's answer says so.
+  absl::Status refused_here = AppendSync(leader, "refuse me");
+  EXPECT_EQ(refused_here.code(), absl::StatusCode::kAlreadyExists)
+      << refused_here;
+  sent.push_back("refuse me");
+  EXPECT_TRUE(AppendSync(leader, "after a refusal").ok());
+  sent.push_back("after a refusal");
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(AppliedCount(id, sent.size())) << "replica " << id;
+  }
   const RaftLog::State s = logs_[leader]->state();
   EXPECT_GE(s.term, 1u);
   // A follower takes nothing and says where the leader is.
@@ -195,7 +197,9 @@ TEST_F(RaftLogTest, BadOptionsAreRefused) {
   o.id = 4;
   o.peers = peers_;
   o.dir = dir_ + "/x";
-  o.apply = [](uint64_t, absl::string_view) { return absl::OkStatus(); };
+  o.apply = [](uint64_t, absl::string_view, absl::Status*) {
+    return absl::OkStatus();
+  };
   auto log = RaftLog::Start(o);
   EXPECT_EQ(log.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(log.status().message().find("not among the peers"),

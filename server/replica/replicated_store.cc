@@ -1,0 +1,96 @@
+#include "server/replica/replicated_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status.h"
+#include "server/store/change_codec.h"
+
+namespace xl::replica {
+namespace {
+
+// A write refused on its own (the same on every replica) rather than by
+// the database (a full disk, an I/O error: this replica only).
+bool OwnFailure(const absl::Status& st) {
+  return absl::IsAlreadyExists(st) || absl::IsInvalidArgument(st) ||
+         absl::IsFailedPrecondition(st) || absl::IsNotFound(st);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Open(
+    const std::string& db_path, RaftLog::Options log) {
+  store::StoreOptions options;
+  options.synchronous = "NORMAL";  // the log is what is synced
+  ASSIGN_OR_RETURN(auto local, store::SqliteStore::Open(db_path, options));
+  ASSIGN_OR_RETURN(store::StoredState state, local->Load());
+  std::unique_ptr<ReplicatedStore> s(new ReplicatedStore());
+  s->local_ = std::move(local);
+  s->applied_ = state.applied_index;
+  ReplicatedStore* raw = s.get();
+  log.apply = [raw](uint64_t index, absl::string_view entry,
+                    absl::Status* outcome) {
+    return raw->Apply(index, entry, outcome);
+  };
+  ASSIGN_OR_RETURN(s->log_, RaftLog::Start(std::move(log)));
+  return s;
+}
+
+ReplicatedStore::~ReplicatedStore() {
+  log_.reset();  // no more applies
+  local_.reset();
+}
+
+void ReplicatedStore::WriteChanges(
+    std::shared_ptr<const store::Changes> changes, DoneFn done) {
+  absl::StatusOr<std::string> entry = store::EncodeChanges(*changes);
+  if (!entry.ok()) {
+    done(entry.status());
+    return;
+  }
+  log_->Append(*std::move(entry), std::move(done));
+}
+
+void ReplicatedStore::Write(WriteFn, DoneFn done) {
+  done(absl::UnimplementedError(
+      "a replicated store takes change lists (WriteChanges), not functions"));
+}
+
+absl::Status ReplicatedStore::Apply(uint64_t index, absl::string_view entry,
+                                    absl::Status* outcome) {
+  // Applied before a restart: raft hands entries again from its last
+  // snapshot, the database has them already.
+  if (index <= applied_) return absl::OkStatus();
+  absl::StatusOr<store::Changes> changes = store::DecodeChanges(entry);
+  if (!changes.ok()) {
+    // The same bytes on every replica: refused alike everywhere.
+    applied_ = index;
+    *outcome = changes.status();
+    return absl::OkStatus();
+  }
+  if (probe_first_) {
+    // The database failed before: it takes writes again once a probe
+    // commits.
+    absl::Notification probed;
+    absl::Status probe;
+    local_->Probe([&](absl::Status st) {
+      probe = st;
+      probed.Notify();
+    });
+    probed.WaitForNotification();
+    if (!probe.ok()) return probe;
+    probe_first_ = false;
+  }
+  absl::Status st = local_->WriteSync([&](store::Tx& tx) -> absl::Status {
+    RETURN_IF_ERROR(store::WriteChanges(*changes, tx));
+    return tx.SetAppliedIndex(index);
+  });
+  if (!st.ok() && !OwnFailure(st)) {
+    probe_first_ = true;
+    return st;  // tried again later
+  }
+  applied_ = index;
+  *outcome = st;  // OK, or refused on its own (nothing of it written)
+  return absl::OkStatus();
+}
+
+}  // namespace xl::replica

@@ -1,0 +1,82 @@
+// ReplicatedStore: the store of a scheduler replicated on Raft. A
+// transaction's changes (store/changes.h) are one entry of the replicated
+// log (RaftLog, encoded by store/change_codec.h); every replica, this one
+// included, applies the committed entries to its own SQLite database in log
+// order, and writes the entry's index in the same transaction, so that an
+// entry raft hands it again after a restart is applied once. The database
+// is synced by raft's log, not by SQLite (synchronous=NORMAL): what a crash
+// takes from it, the log gives back.
+//
+// Writes are the leader's: WriteChanges answers once the entry is committed
+// on a majority and applied here, with the write's own outcome (a write
+// refused on its own is refused alike on every replica); on a follower it
+// is refused FAILED_PRECONDITION naming the leader. Reads (Load, ReadLogs,
+// ReadMetrics) are this replica's database: on a follower they may be
+// behind the leader.
+//
+// Not yet wired into xl-scheduler (the controller still writes functions,
+// not change lists, through Store::Write); no snapshots yet.
+//
+// Thread-safe.
+#ifndef XL_SERVER_REPLICA_REPLICATED_STORE_H_
+#define XL_SERVER_REPLICA_REPLICATED_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/replica/raft_log.h"
+#include "server/store/changes.h"
+#include "server/store/sqlite_store.h"
+
+namespace xl::replica {
+
+class ReplicatedStore : public store::Store {
+ public:
+  // Opens (or creates) this replica's database at `db_path` and starts its
+  // log with `log` (whose `apply` is this store's).
+  static absl::StatusOr<std::unique_ptr<ReplicatedStore>> Open(
+      const std::string& db_path, RaftLog::Options log);
+  ~ReplicatedStore() override;
+
+  // Appends `changes` to the replicated log; `done` runs on the log's
+  // thread once they are committed and applied here.
+  void WriteChanges(std::shared_ptr<const store::Changes> changes, DoneFn done);
+
+  // store::Store. Write refuses: a function cannot be replicated, only
+  // changes (WriteChanges).
+  absl::StatusOr<store::StoredState> Load() override { return local_->Load(); }
+  void Write(WriteFn fn, DoneFn done) override;
+  void Probe(DoneFn done) override { local_->Probe(std::move(done)); }
+  absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(int64_t job_id,
+                                                     int64_t after_seq,
+                                                     int rank,
+                                                     int limit) override {
+    return local_->ReadLogs(job_id, after_seq, rank, limit);
+  }
+  absl::StatusOr<std::vector<std::pair<int64_t, v1::TrainMetrics>>> ReadMetrics(
+      int64_t job_id, int64_t after_seq, int limit) override {
+    return local_->ReadMetrics(job_id, after_seq, limit);
+  }
+  int64_t commits() const override { return local_->commits(); }
+
+  RaftLog::State log_state() const { return log_->state(); }
+
+ private:
+  ReplicatedStore() = default;
+  // RaftLog's apply, on its thread.
+  absl::Status Apply(uint64_t index, absl::string_view entry,
+                     absl::Status* outcome);
+
+  std::unique_ptr<store::SqliteStore> local_;
+  std::unique_ptr<RaftLog> log_;
+  // The log's thread only.
+  uint64_t applied_ = 0;
+  bool probe_first_ = false;
+};
+
+}  // namespace xl::replica
+
+#endif  // XL_SERVER_REPLICA_REPLICATED_STORE_H_
