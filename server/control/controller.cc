@@ -417,10 +417,10 @@ void Controller::SendAfterCommits(Sends sends) {
 
 void Controller::Apply(Effects effects) {
   const uint64_t generation = generation_;
-  auto changes =
-      std::make_shared<const store::Changes>(std::move(effects.changes));
-  store_->Write(
-      [changes](store::Tx& tx) { return store::WriteChanges(*changes, tx); },
+  auto batch = std::make_shared<const store::ChangeBatch>(
+      store::ChangeBatch{std::move(effects.changes)});
+  store_->WriteChanges(
+      std::move(batch),
       [this, generation, apply = std::move(effects.apply),
        then = std::move(effects.then), sends = std::move(effects.sends),
        answer = std::move(effects.answer)](absl::Status st) {

@@ -131,6 +131,9 @@ struct RaftLog::Impl {
   struct Pending {
     std::string entry;
     std::function<void(absl::Status)> done;
+    // Answer(): no entry, `done` gets `status`.
+    bool answer_only = false;
+    absl::Status status;
   };
   struct Apply {
     struct raft_apply req;
@@ -155,6 +158,8 @@ struct RaftLog::Impl {
 
   mutable absl::Mutex mu;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
+  // Submitted once closing: answered after the loop has stopped.
+  std::deque<Pending> late ABSL_GUARDED_BY(mu);
   bool closing ABSL_GUARDED_BY(mu) = false;
   State state ABSL_GUARDED_BY(mu);
 
@@ -289,6 +294,10 @@ void RaftLog::Impl::OnWake() {
     close = closing;
   }
   for (Pending& p : taken) {
+    if (p.answer_only) {
+      p.done(p.status);
+      continue;
+    }
     if (close || raft_closed) {
       p.done(absl::UnavailableError(
           "this scheduler replica is shutting down; retry on another"));
@@ -401,15 +410,13 @@ void RaftLog::Impl::CloseHandles() {
 void RaftLog::Impl::Submit(Pending p) {
   {
     absl::MutexLock lock(&mu);
-    if (!closing) {
-      queue.push_back(std::move(p));
-      p.done = nullptr;
+    if (closing) {
+      // The loop may be gone: answered by the destructor, never here (the
+      // caller may hold a lock its answer takes).
+      late.push_back(std::move(p));
+      return;
     }
-  }
-  if (p.done) {
-    p.done(absl::UnavailableError(
-        "this scheduler replica is shutting down; retry on another"));
-    return;
+    queue.push_back(std::move(p));
   }
   uv_async_send(&wake);
 }
@@ -447,6 +454,28 @@ RaftLog::~RaftLog() {
   }
   uv_async_send(&impl_->wake);
   impl_->thread.join();
+  std::deque<Impl::Pending> left;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    left.swap(impl_->late);
+    for (auto& p : impl_->queue) left.push_back(std::move(p));
+    impl_->queue.clear();
+  }
+  for (auto& p : left) {
+    p.done(p.answer_only ? p.status
+                         : absl::UnavailableError("this scheduler replica is "
+                                                  "shutting down; retry on "
+                                                  "another"));
+  }
+}
+
+void RaftLog::Answer(absl::Status status,
+                     std::function<void(absl::Status)> done) {
+  Impl::Pending p;
+  p.done = std::move(done);
+  p.answer_only = true;
+  p.status = std::move(status);
+  impl_->Submit(std::move(p));
 }
 
 void RaftLog::Append(std::string entry,

@@ -63,8 +63,13 @@ class RaftLog {
   RaftLog(const RaftLog&) = delete;
   RaftLog& operator=(const RaftLog&) = delete;
 
-  // Appends `entry`; `done` runs on the loop thread.
+  // Appends `entry`; `done` runs on the loop thread (never inside Append:
+  // the caller may hold a lock the answer takes).
   void Append(std::string entry, std::function<void(absl::Status)> done);
+
+  // Runs done(status) on the loop thread, after the appends queued before
+  // it: an answer that must not come inside the caller's call.
+  void Answer(absl::Status status, std::function<void(absl::Status)> done);
 
   struct State {
     bool leader = false;

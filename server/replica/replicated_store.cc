@@ -41,18 +41,19 @@ ReplicatedStore::~ReplicatedStore() {
 }
 
 void ReplicatedStore::WriteChanges(
-    std::shared_ptr<const store::Changes> changes, DoneFn done) {
-  absl::StatusOr<std::string> entry = store::EncodeChanges(*changes);
+    std::shared_ptr<const store::ChangeBatch> batch, DoneFn done) {
+  absl::StatusOr<std::string> entry = store::EncodeChanges(batch->changes);
   if (!entry.ok()) {
-    done(entry.status());
+    log_->Answer(entry.status(), std::move(done));
     return;
   }
   log_->Append(*std::move(entry), std::move(done));
 }
 
 void ReplicatedStore::Write(WriteFn, DoneFn done) {
-  done(absl::UnimplementedError(
-      "a replicated store takes change lists (WriteChanges), not functions"));
+  log_->Answer(absl::UnimplementedError("a replicated store takes change "
+                                        "lists (WriteChanges), not functions"),
+               std::move(done));
 }
 
 absl::Status ReplicatedStore::Apply(uint64_t index, absl::string_view entry,

@@ -41,9 +41,10 @@ class ReplicatedStore : public store::Store {
       const std::string& db_path, RaftLog::Options log);
   ~ReplicatedStore() override;
 
-  // Appends `changes` to the replicated log; `done` runs on the log's
-  // thread once they are committed and applied here.
-  void WriteChanges(std::shared_ptr<const store::Changes> changes, DoneFn done);
+  // Appends the batch to the replicated log; `done` runs on the log's
+  // thread once it is committed and applied here.
+  void WriteChanges(std::shared_ptr<const store::ChangeBatch> batch,
+                    DoneFn done) override;
 
   // store::Store. Write refuses: a function cannot be replicated, only
   // changes (WriteChanges).

@@ -69,6 +69,15 @@ std::string DeterministicBytes(const google::protobuf::MessageLite& m) {
   return out;
 }
 
+void Store::WriteChanges(std::shared_ptr<const ChangeBatch> batch,
+                         DoneFn done) {
+  Write(
+      [batch = std::move(batch)](Tx& tx) {
+        return store::WriteChanges(batch->changes, tx);
+      },
+      std::move(done));
+}
+
 absl::Status WriteChanges(const Changes& changes, Tx& tx) {
   Writer writer{tx};
   for (const Change& c : changes) RETURN_IF_ERROR(std::visit(writer, c));

@@ -100,6 +100,11 @@ using Change =
                  change::AddQueueChange, change::PutUsage>;
 using Changes = std::vector<Change>;
 
+// What Store::WriteChanges takes: one transaction's changes.
+struct ChangeBatch {
+  Changes changes;
+};
+
 // `m` serialized with maps in key order: the same message gives the same
 // bytes in every process (rows and log entries that replicas compare).
 std::string DeterministicBytes(const google::protobuf::MessageLite& m);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -132,6 +133,9 @@ class Tx {
   virtual absl::Status Probe() = 0;
 };
 
+// The changes of one transaction (changes.h).
+struct ChangeBatch;
+
 class Store {
  public:
   using WriteFn = std::function<absl::Status(Tx&)>;
@@ -148,6 +152,12 @@ class Store {
   virtual void Write(WriteFn fn, DoneFn done) = 0;
   // Write() and wait for the commit.
   absl::Status WriteSync(WriteFn fn);
+
+  // Queues one transaction's changes as Write() does (this default writes
+  // them through Write()). A replicated store replicates the list: a
+  // function cannot be replicated, so the control layer writes lists.
+  virtual void WriteChanges(std::shared_ptr<const ChangeBatch> batch,
+                            DoneFn done);
 
   // After a failure other than a write's own (a full disk, an I/O error),
   // every later write fails without running until a probe commits; this

@@ -16,12 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
+#include "server/control/controller.h"
 #include "tests/server/replica_testing.h"
 
 namespace xl::replica {
 namespace {
 
-std::shared_ptr<const store::Changes> Submit(int id, std::string key = "") {
+std::shared_ptr<const store::ChangeBatch> Submit(int id, std::string key = "") {
   auto job = std::make_shared<v1::Job>();
   job->set_id(absl::StrCat(id));
   job->set_idempotency_key(key.empty() ? absl::StrCat("key-", id) : key);
@@ -38,9 +40,9 @@ std::shared_ptr<const store::Changes> Submit(int id, std::string key = "") {
   chunk->set_job_id(absl::StrCat(id));
   chunk->set_attempt(1);
   chunk->set_data("no end offset: a second apply would store it twice");
-  return std::make_shared<const store::Changes>(
-      store::Changes{store::change::PutJob{job}, store::change::AddEvent{e},
-                     store::change::AppendLog{chunk}});
+  return std::make_shared<const store::ChangeBatch>(store::ChangeBatch{
+      {store::change::PutJob{job}, store::change::AddEvent{e},
+       store::change::AppendLog{chunk}}});
 }
 
 class ReplicatedStoreTest : public ::testing::Test {
@@ -84,7 +86,7 @@ class ReplicatedStoreTest : public ::testing::Test {
     return 0;
   }
 
-  absl::Status Write(uint64_t id, std::shared_ptr<const store::Changes> c) {
+  absl::Status Write(uint64_t id, std::shared_ptr<const store::ChangeBatch> c) {
     absl::Notification done;
     absl::Status result;
     stores_[id]->WriteChanges(std::move(c), [&](absl::Status st) {
@@ -168,6 +170,58 @@ TEST_F(ReplicatedStoreTest, EveryReplicaHoldsTheSameBytesAndAppliesOnce) {
   auto reloaded = stores_[follower]->Load();
   ASSERT_TRUE(reloaded.ok());
   EXPECT_EQ(reloaded->jobs.size(), 22u);
+}
+
+TEST_F(ReplicatedStoreTest, TheControllersWritesGoThroughTheLog) {
+  for (uint64_t id = 1; id <= 3; ++id) Open(id);
+  const uint64_t leader = Leader();
+  ASSERT_NE(leader, 0u);
+  FakeClock clock;
+  control::ControllerOptions opts;
+  opts.heartbeat_timeout = absl::Seconds(10);
+  opts.lease = absl::Seconds(10);
+  opts.advertise_address = "127.0.0.1:7070";
+  opts.self_pause = absl::InfiniteDuration();
+  opts.submit_limits = state::SubmitLimits{0, 0, 1};
+  auto controller = std::make_unique<control::Controller>(stores_[leader].get(),
+                                                          &clock, opts);
+  ASSERT_TRUE(controller->Recover().ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    v1::SubmitJobRequest req;
+    req.set_idempotency_key(absl::StrCat("submit-", i));
+    req.mutable_spec()->add_command("/bin/true");
+    req.mutable_spec()->mutable_resources()->set_nodes(1);
+    req.mutable_spec()->mutable_resources()->set_gpus_per_node(1);
+    absl::Notification answered;
+    absl::StatusOr<v1::SubmitJobResponse> answer;
+    controller->Submit(scheduler::Submitter{"alice", {}, true}, req,
+                       [&](absl::StatusOr<v1::SubmitJobResponse> r) {
+                         answer = std::move(r);
+                         answered.Notify();
+                       });
+    ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(15)));
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    ids.push_back(answer->job_id());
+  }
+  // Acknowledged: on a majority and applied on the leader; every replica
+  // gets the same rows.
+  const uint64_t last = Applied(leader);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(AppliedUpTo(id, last)) << "replica " << id;
+    auto state = stores_[id]->Load();
+    ASSERT_TRUE(state.ok());
+    ASSERT_EQ(state->jobs.size(), 5u) << "replica " << id;
+    EXPECT_EQ(state->jobs[4].id(), ids[4]);
+    EXPECT_EQ(state->jobs[4].idempotency_key(), "submit-4");
+  }
+  const std::string dump = xl::testing::DumpDatabase(Db(leader));
+  for (uint64_t id = 1; id <= 3; ++id) {
+    EXPECT_EQ(xl::testing::DumpDatabase(Db(id)), dump) << "replica " << id;
+  }
+  controller->Stop();
+  stores_.clear();
+  controller.reset();
 }
 
 }  // namespace
