@@ -4,6 +4,8 @@
 #include <uv.h>
 
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -158,6 +160,7 @@ struct RaftLog::Impl {
 
   mutable absl::Mutex mu;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
+  bool wake_closed ABSL_GUARDED_BY(mu) = false;
   // Submitted once closing: answered after the loop has stopped.
   std::deque<Pending> late ABSL_GUARDED_BY(mu);
   bool closing ABSL_GUARDED_BY(mu) = false;
@@ -179,6 +182,14 @@ struct RaftLog::Impl {
   void MaybeClose();
   void CloseHandles();
   void Submit(Pending p);
+  // Keeps a refusal for the leader's answer (raft gives the answer the
+  // request, whose index is this one); old ones are dropped.
+  void KeepOutcome(uint64_t index, absl::Status outcome) {
+    if (!outcome.ok()) outcomes[index] = std::move(outcome);
+    outcomes.erase(outcomes.begin(),
+                   outcomes.lower_bound(
+                       index > kOutcomesKept ? index - kOutcomesKept : 0));
+  }
 };
 
 void RaftLog::Impl::Run() {
@@ -241,17 +252,27 @@ absl::Status RaftLog::Impl::Open() {
     *result = nullptr;
     // raft counts every entry it applies; this one is the next.
     absl::string_view entry;
-    if (!Unframe(*buf, &entry)) return RAFT_MALFORMED;
     const uint64_t index = impl->raft.last_applied + 1;
     absl::Status outcome;
-    if (!impl->options.apply(index, entry, &outcome).ok()) return RAFT_IOERR;
-    // Kept for the leader's answer (raft gives the answer the request, whose
-    // index is this one); refusals are rare, and old ones are dropped.
-    if (!outcome.ok()) impl->outcomes[index] = std::move(outcome);
-    impl->outcomes.erase(
-        impl->outcomes.begin(),
-        impl->outcomes.lower_bound(index > kOutcomesKept ? index - kOutcomesKept
-                                                         : 0));
+    if (!Unframe(*buf, &entry)) {
+      // The same bytes on every replica: refused alike everywhere.
+      impl->KeepOutcome(index, absl::DataLossError(
+                                   "log entry: a damaged frame; not applied"));
+      return 0;
+    }
+    absl::Status failed = impl->options.apply(index, entry, &outcome);
+    if (!failed.ok()) {
+      // raft 0.15 turns a failed apply into an unavailable replica that
+      // drops every later message: stop instead, as etcd does. A restart
+      // replays the log from what the database says it applied.
+      fprintf(stderr,
+              "xl-scheduler: cannot apply replicated log entry %llu here (%s); "
+              "stopping: fix this replica's database and start it again\n",
+              static_cast<unsigned long long>(index),
+              failed.ToString().c_str());
+      std::abort();
+    }
+    impl->KeepOutcome(index, std::move(outcome));
     return 0;
   };
   rv = raft_init(&raft, &io, &fsm, options.id, self->second.c_str());
@@ -341,7 +362,9 @@ void RaftLog::Impl::OnWake() {
                 "key")));
           }
           delete a;
-          impl->MaybeClose();
+          // Not MaybeClose() here: this may run inside raft's own calls
+          // (a leadership change), which raft_close must not re-enter; the
+          // tick closes.
         });
     if (rv != 0) {
       raft_free(buf.base);
@@ -383,7 +406,11 @@ void RaftLog::Impl::MaybeClose() {
   if (!close_begun || raft_closed) return;
   // Entries in flight finish first (raft 0.15 must not be closed with
   // appends of its own still being written), unless they take too long.
-  if (in_flight > 0 && absl::Now() < close_deadline) return;
+  // An entry may commit on the followers' acks before this replica's own
+  // write of it: wait for that too.
+  const bool busy = in_flight > 0 ||
+                    (raft_ready && raft.last_stored < raft_last_index(&raft));
+  if (busy && absl::Now() < close_deadline) return;
   raft_closed = true;
   if (!raft_ready) {
     CloseHandles();
@@ -401,6 +428,7 @@ void RaftLog::Impl::CloseHandles() {
   {
     absl::MutexLock lock(&mu);
     state.leader = false;
+    wake_closed = true;  // nobody sends to it from now on
   }
   uv_timer_stop(&tick);
   uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
@@ -417,8 +445,9 @@ void RaftLog::Impl::Submit(Pending p) {
       return;
     }
     queue.push_back(std::move(p));
+    // Under the lock: the loop closes the handle only after saying so.
+    if (!wake_closed) uv_async_send(&wake);
   }
-  uv_async_send(&wake);
 }
 
 absl::StatusOr<std::unique_ptr<RaftLog>> RaftLog::Start(Options options) {
@@ -451,21 +480,25 @@ RaftLog::~RaftLog() {
   {
     absl::MutexLock lock(&impl_->mu);
     impl_->closing = true;
+    if (!impl_->wake_closed) uv_async_send(&impl_->wake);
   }
-  uv_async_send(&impl_->wake);
   impl_->thread.join();
-  std::deque<Impl::Pending> left;
-  {
-    absl::MutexLock lock(&impl_->mu);
-    left.swap(impl_->late);
-    for (auto& p : impl_->queue) left.push_back(std::move(p));
-    impl_->queue.clear();
-  }
-  for (auto& p : left) {
-    p.done(p.answer_only ? p.status
-                         : absl::UnavailableError("this scheduler replica is "
-                                                  "shutting down; retry on "
-                                                  "another"));
+  // What came in while closing, and what those answers append: until none.
+  while (true) {
+    std::deque<Impl::Pending> left;
+    {
+      absl::MutexLock lock(&impl_->mu);
+      left.swap(impl_->late);
+      for (auto& p : impl_->queue) left.push_back(std::move(p));
+      impl_->queue.clear();
+    }
+    if (left.empty()) break;
+    for (auto& p : left) {
+      p.done(p.answer_only ? p.status
+                           : absl::UnavailableError(
+                                 "this scheduler replica is shutting down; "
+                                 "retry on another"));
+    }
   }
 }
 

@@ -46,9 +46,10 @@ class RaftLog {
     // Applies a committed entry on this replica, in log order, on the loop
     // thread, and sets *outcome to the entry's own outcome (the leader's
     // Append answers with it: a write refused on its own, the same on every
-    // replica). An error returned says the entry could not be applied now:
-    // applying stops until it is tried again (at the next commit); a full
-    // disk delays, it does not skip.
+    // replica). An error returned says this replica cannot apply it (a full
+    // disk, an entry of a newer release): the process stops, as etcd does
+    // (raft 0.15 would leave the replica dropping every later message); a
+    // restart applies the log again from what its database says it did.
     std::function<absl::Status(uint64_t index, absl::string_view entry,
                                absl::Status* outcome)>
         apply;

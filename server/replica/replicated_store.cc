@@ -1,7 +1,6 @@
 #include "server/replica/replicated_store.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "server/store/change_codec.h"
 
@@ -63,31 +62,20 @@ absl::Status ReplicatedStore::Apply(uint64_t index, absl::string_view entry,
   if (index <= applied_) return absl::OkStatus();
   absl::StatusOr<store::Changes> changes = store::DecodeChanges(entry);
   if (!changes.ok()) {
-    // The same bytes on every replica: refused alike everywhere.
+    // Of another release (a format or kind this one does not know): it
+    // must not be skipped here while newer replicas apply it. Stop.
+    if (!absl::IsDataLoss(changes.status())) return changes.status();
+    // Damaged bytes, the same on every replica: refused alike everywhere.
     applied_ = index;
     *outcome = changes.status();
     return absl::OkStatus();
-  }
-  if (probe_first_) {
-    // The database failed before: it takes writes again once a probe
-    // commits.
-    absl::Notification probed;
-    absl::Status probe;
-    local_->Probe([&](absl::Status st) {
-      probe = st;
-      probed.Notify();
-    });
-    probed.WaitForNotification();
-    if (!probe.ok()) return probe;
-    probe_first_ = false;
   }
   absl::Status st = local_->WriteSync([&](store::Tx& tx) -> absl::Status {
     RETURN_IF_ERROR(store::WriteChanges(*changes, tx));
     return tx.SetAppliedIndex(index);
   });
   if (!st.ok() && !OwnFailure(st)) {
-    probe_first_ = true;
-    return st;  // tried again later
+    return st;  // this replica stops; a restart applies it again
   }
   applied_ = index;
   *outcome = st;  // OK, or refused on its own (nothing of it written)

@@ -75,7 +75,6 @@ class ReplicatedStore : public store::Store {
   std::unique_ptr<RaftLog> log_;
   // The log's thread only.
   uint64_t applied_ = 0;
-  bool probe_first_ = false;
 };
 
 }  // namespace xl::replica
