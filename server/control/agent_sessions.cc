@@ -34,7 +34,6 @@ v1::SchedulerMessage StopMessage(const std::string& job_id, int32_t attempt,
   return msg;
 }
 
-
 }  // namespace
 
 absl::StatusOr<std::string> Controller::AgentRegister(

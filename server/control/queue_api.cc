@@ -164,7 +164,7 @@ void Controller::ChangeQueue(const std::string& by, const std::string& action,
                                       : std::optional<v1::QueueSpec>(
                                             edit->queue.spec());
   Effects effects;
-  effects.changes = edit->changes;
+  effects.changes = std::move(edit->changes);  // the edit keeps the rest
   effects.apply = [this, edit] {
     mu_.AssertHeld();
     state::CommitQueueEdit(&model_, *edit);
