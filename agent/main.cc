@@ -41,6 +41,7 @@
 #include "common/argv.h"
 #include "common/duration.h"
 #include "common/http_server.h"
+#include "common/leader.h"
 #include "common/proto_text.h"
 #include "common/status.h"
 
@@ -545,12 +546,12 @@ int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   SetLogName(f.name.empty() ? LocalHostname() : f.name);
-  if (!f.print_inventory && (f.scheduler.rfind(':') == std::string::npos ||
-                             f.scheduler.back() == ':')) {
-    LogLine(absl::StrCat("--scheduler ", f.scheduler,
-                         " has no port; give HOST:PORT, for example "
-                         "--scheduler sched-1:7070"));
-    return 2;
+  if (!f.print_inventory) {
+    auto list = xl::SplitServerList(f.scheduler, "--scheduler");
+    if (!list.ok()) {
+      LogLine(std::string(list.status().message()));
+      return 2;
+    }
   }
   Node node;
   node.run_as = f.run_as_flag == "agent" ? RunAs::kAgent : RunAs::kSubmitter;

@@ -188,6 +188,7 @@ CommandLine::CommandLine()
   cli::AddMetricsCommand(s, inv);
   AddCompletionCommand(s, inv);
   cli::AddNodesCommand(s);
+  cli::AddServersCommand(s);
   cli::AddNodeCommand(s, inv);
   cli::AddDrainCommand(s, inv);
   cli::AddResumeCommand(s, inv);

@@ -11,6 +11,13 @@ void AddNodesCommand(Subcommands* commands) {
                 "memory, free NVMe, fastest NIC, labels and jobs.");
 }
 
+void AddServersCommand(Subcommands* commands) {
+  commands->Add("servers",
+                "List the scheduler's replicas (every address of --server): "
+                "which leads, the Raft term, commit and apply indexes, pid "
+                "and release.");
+}
+
 void AddNodeCommand(Subcommands* commands, Invocation* inv) {
   CLI::App* node =
       commands->Add("node", "Show one node: inventory, usage and state.");

@@ -55,6 +55,7 @@ absl::Status Dispatch(const Invocation& inv, Commands& commands) {
   }
   if (c == "metrics") return commands.Metrics(inv.job_id);
   if (c == "nodes") return commands.Nodes();
+  if (c == "servers") return commands.Servers();
   if (c == "node") return commands.Node(inv.node);
   if (c == "drain") return commands.Drain(inv.node, inv.reason);
   if (c == "resume") return commands.Resume(inv.node);

@@ -132,6 +132,7 @@ void AddShareCommand(Subcommands* commands);
 
 // cli_nodes.cc
 void AddNodesCommand(Subcommands* commands);
+void AddServersCommand(Subcommands* commands);
 void AddNodeCommand(Subcommands* commands, Invocation* inv);
 void AddDrainCommand(Subcommands* commands, Invocation* inv);
 void AddResumeCommand(Subcommands* commands, Invocation* inv);

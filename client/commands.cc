@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <csignal>
 #include <random>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -15,7 +17,9 @@
 #include "absl/time/clock.h"
 #include "client/exit_code.h"
 #include "common/duration.h"
+#include "common/leader.h"
 #include "common/status.h"
+#include "xl/v1/replica.grpc.pb.h"
 #include "xl/v1/scheduler.pb.h"
 
 namespace xl::client {
@@ -612,6 +616,59 @@ absl::Status Commands::Nodes() {
   if (!response.security_warning().empty()) {
     *err_ << "xlctl: WARNING: " << Printable(response.security_warning())
           << "\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Commands::Servers() {
+  auto list = SplitServerList(connection_->options().server, "--server");
+  if (!list.ok()) return UsageError(std::string(list.status().message()));
+  xl::v1::ReplicaStatusList all;
+  std::vector<std::thread> asks;
+  all.mutable_replicas()->Reserve(static_cast<int>(list->size()));
+  for (size_t i = 0; i < list->size(); ++i) all.add_replicas();
+  for (size_t i = 0; i < list->size(); ++i) {
+    asks.emplace_back([&, i] {
+      xl::v1::ReplicaStatus* r = all.mutable_replicas(static_cast<int>(i));
+      auto context = connection_->UnaryContext();
+      grpc::Status st =
+          xl::v1::ReplicaService::NewStub(connection_->ChannelTo((*list)[i]))
+              ->GetReplicaStatus(context.get(),
+                                 xl::v1::GetReplicaStatusRequest(), r);
+      if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        r->set_leader(true);  // a scheduler from before replication
+      } else if (!st.ok()) {
+        r->Clear();
+        r->set_unreachable(st.error_message());
+      }
+      r->set_address((*list)[i]);  // as given, which the caller can reach
+    });
+  }
+  for (std::thread& t : asks) t.join();
+  if (format_ != OutputFormat::kTable) {
+    *out_ << RenderMessage(all, format_);
+    return absl::OkStatus();
+  }
+  *out_ << absl::StrFormat("%-22s %-3s %-9s %-6s %-8s %-8s %-8s %s\n",
+                           "ADDRESS", "ID", "ROLE", "TERM", "COMMIT",
+                           "APPLIED", "PID", "VERSION");
+  int answered = 0;
+  for (const xl::v1::ReplicaStatus& r : all.replicas()) {
+    if (!r.unreachable().empty()) {
+      *out_ << absl::StrFormat("%-22s %-3s %-9s %s\n", Printable(r.address()),
+                               "-", "down", Printable(r.unreachable()));
+      continue;
+    }
+    ++answered;
+    *out_ << absl::StrFormat(
+        "%-22s %-3d %-9s %-6d %-8d %-8d %-8d %s\n", Printable(r.address()),
+        r.id(), r.leader() ? "leader" : "follower", r.term(),
+        r.commit_index(), r.applied_index(), r.pid(), Printable(r.version()));
+  }
+  if (answered == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "no replica of ", connection_->options().server,
+        " answered; is xl-scheduler running? set --server or XL_SERVER"));
   }
   return absl::OkStatus();
 }

@@ -147,6 +147,8 @@ class Commands {
   // A training job's metrics history (GetJobMetrics).
   absl::Status Metrics(const std::string& job_id);
   absl::Status Nodes();
+  // Every replica of --server's list: its role, term and log indexes.
+  absl::Status Servers();
   absl::Status Node(const std::string& name);
   absl::Status Drain(const std::string& name, const std::string& reason);
   absl::Status Resume(const std::string& name);

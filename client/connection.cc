@@ -5,7 +5,15 @@
 
 #include <utility>
 
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/leader.h"
+#include "xl/v1/replica.grpc.pb.h"
 #include "common/duration.h"
 #include "common/identity.h"
 
@@ -21,20 +29,66 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(
   return grpc::SslCredentials(ssl);
 }
 
+// The replica of `servers` that leads: asked in parallel, again until
+// `timeout` passes (an election takes about a second). The first address
+// when none says so in time (its calls then say why).
+std::string FindLeader(const std::vector<std::string>& servers,
+                       const ConnectionOptions& options) {
+  const absl::Time until = absl::Now() + options.timeout;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& s : servers) {
+    channels.push_back(grpc::CreateChannel(s, Credentials(options)));
+  }
+  while (true) {
+    std::vector<v1::ReplicaStatus> answers(servers.size());
+    std::vector<grpc::Status> results(servers.size());
+    std::vector<std::thread> asks;
+    for (size_t i = 0; i < servers.size(); ++i) {
+      asks.emplace_back([&, i] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(
+            std::min(until, absl::Now() + absl::Seconds(1))));
+        results[i] = v1::ReplicaService::NewStub(channels[i])->GetReplicaStatus(
+            &ctx, v1::GetReplicaStatusRequest(), &answers[i]);
+      });
+    }
+    for (std::thread& t : asks) t.join();
+    for (size_t i = 0; i < servers.size(); ++i) {
+      // A scheduler from before replication leads itself.
+      if (results[i].error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+          (results[i].ok() && answers[i].leader())) {
+        return servers[i];
+      }
+    }
+    if (absl::Now() >= until) return servers[0];
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
 }  // namespace
 
 SchedulerConnection::SchedulerConnection(const ConnectionOptions& options)
-    : SchedulerConnection(
-          options, grpc::CreateChannel(options.server, Credentials(options))) {}
+    : SchedulerConnection(options, nullptr) {}
 
 SchedulerConnection::SchedulerConnection(ConnectionOptions options,
                                          std::shared_ptr<grpc::Channel> channel)
-    : options_(std::move(options)),
-      channel_(std::move(channel)),
-      jobs_(xl::v1::JobService::NewStub(channel_)),
-      nodes_(xl::v1::NodeService::NewStub(channel_)),
-      auth_(xl::v1::AuthService::NewStub(channel_)),
-      queues_(xl::v1::QueueService::NewStub(channel_)) {}
+    : options_(std::move(options)), address_(options_.server) {
+  if (channel == nullptr) {
+    auto list = SplitServerList(options_.server, "--server");
+    if (list.ok() && list->size() > 1) address_ = FindLeader(*list, options_);
+    channel = ChannelTo(address_);
+  }
+  channel_ = std::move(channel);
+  jobs_ = xl::v1::JobService::NewStub(channel_);
+  nodes_ = xl::v1::NodeService::NewStub(channel_);
+  auth_ = xl::v1::AuthService::NewStub(channel_);
+  queues_ = xl::v1::QueueService::NewStub(channel_);
+}
+
+std::shared_ptr<grpc::Channel> SchedulerConnection::ChannelTo(
+    const std::string& address) const {
+  return grpc::CreateChannel(address, Credentials(options_));
+}
 
 std::unique_ptr<grpc::ClientContext> SchedulerConnection::UnaryContext() const {
   auto context = StreamContext();
@@ -68,6 +122,11 @@ absl::Status SchedulerConnection::CallError(
     case grpc::StatusCode::OK:
       return absl::OkStatus();
     case grpc::StatusCode::UNAVAILABLE:
+      if (absl::StrContains(msg, "does not lead")) {
+        // A replica that follows: its message names the leader.
+        text = absl::StrCat(what, ": ", msg);
+        break;
+      }
       text = absl::StrCat("cannot reach the xl scheduler at ", options_.server,
                           ": ", msg,
                           "; is xl-scheduler running? set --server or "

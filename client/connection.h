@@ -24,7 +24,8 @@ namespace xl::client {
 inline constexpr char kDefaultServer[] = "127.0.0.1:7070";
 
 struct ConnectionOptions {
-  // HOST:PORT of xl-scheduler.
+  // HOST:PORT of xl-scheduler, or a comma-separated list of a replicated
+  // scheduler's replicas: the connection finds the one that leads.
   std::string server = kDefaultServer;
   // Sent as the "x-xl-user" call metadata (ignored by a scheduler with
   // auth on).
@@ -41,13 +42,19 @@ struct ConnectionOptions {
 class SchedulerConnection {
  public:
   // Opens a channel to options.server (TLS when options.tls_ca_pem is
-  // set); it connects on first use.
+  // set); it connects on first use. Given a list, it first asks each
+  // replica (ReplicaService) which leads, for up to options.timeout (an
+  // election may be under way), and opens the channel there.
   explicit SchedulerConnection(const ConnectionOptions& options);
   // Uses `channel` (for tests: an in-process server's channel).
   SchedulerConnection(ConnectionOptions options,
                       std::shared_ptr<grpc::Channel> channel);
 
   const ConnectionOptions& options() const { return options_; }
+  // The address the channel goes to (the leader's, given a list).
+  const std::string& address() const { return address_; }
+  // A channel to `address` with the connection's credentials.
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address) const;
   xl::v1::JobService::Stub& jobs() { return *jobs_; }
   xl::v1::NodeService::Stub& nodes() { return *nodes_; }
   xl::v1::AuthService::Stub& auth() { return *auth_; }
@@ -71,6 +78,7 @@ class SchedulerConnection {
 
  private:
   ConnectionOptions options_;
+  std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<xl::v1::JobService::Stub> jobs_;
   std::unique_ptr<xl::v1::NodeService::Stub> nodes_;

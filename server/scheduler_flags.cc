@@ -1,11 +1,17 @@
 #include "server/scheduler_flags.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <tuple>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/duration.h"
+#include "common/leader.h"
 
 namespace xl::server {
 namespace {
@@ -233,6 +239,33 @@ void AddEndpointOptions(CLI::App* app, Flags* f) {
   app->allow_config_extras(CLI::config_extras_mode::error);
 }
 
+// Adds the options of a replicated scheduler.
+void AddReplicaOptions(CLI::App* app, Flags* f) {
+  app->add_option("--replica-id", f->opts.replica.id,
+                  "run as replica N of a scheduler replicated on Raft (1, 2, "
+                  "3, ...; with --peers): every replica keeps its own --db, "
+                  "one leads and acts, the others follow and take over "
+                  "within seconds when it goes; see README, Running on many "
+                  "machines");
+  app->add_option("--peers", f->peers,
+                  "with --replica-id: every replica as ID=HOST:RAFT_PORT, "
+                  "comma-separated, the same on all of them (this one "
+                  "included), e.g. 1=s1:7071,2=s2:7071,3=s3:7071; the Raft "
+                  "port is apart from the API's; a replica's API address is "
+                  "HOST and --listen's port, or give it after a slash: "
+                  "1=s1:7071/s1:7070");
+  app->add_option("--raft-dir", f->opts.replica.raft_dir,
+                  "with --replica-id: the directory of the Raft log "
+                  "(default: --db's path + .raft); never shared");
+  app->add_option("--election-timeout", f->election_timeout,
+                  "with --replica-id: a follower that hears nothing from the "
+                  "leader this long starts an election (default 1s; "
+                  "failover takes about twice this)");
+  app->add_option("--replicas", f->replicas,
+                  "with --dev: run this many scheduler replicas (1 or 3) on "
+                  "this machine; try failover by killing the leader");
+}
+
 // Adds the options of TLS, the CA for join tokens, and their opt-outs.
 void AddSecurityOptions(CLI::App* app, Flags* f) {
   app->add_option("--tls-cert", f->opts.tls_cert_file,
@@ -267,7 +300,8 @@ void AddOptions(CLI::App* app, Flags* f) {
   for (auto add : {AddStoreOptions, AddDevOptions, AddAgentOptions,
                    AddRetentionOptions, AddPlacementOptions, AddLostNodeOptions,
                    AddEstimateOptions, AddPriorityOptions, AddLimitOptions,
-                   AddEndpointOptions, AddSecurityOptions}) {
+                   AddEndpointOptions, AddSecurityOptions,
+                   AddReplicaOptions}) {
     add(app, f);
   }
 }
@@ -370,6 +404,90 @@ absl::Status ResolveFlags(Flags* f) {
         "stop its ranks before the scheduler gives up on its node");
   }
   c.lease = absl::Seconds(f->lease_s != 0 ? f->lease_s : f->hb_timeout_s);
+  return ResolveReplicaFlags(f);
+}
+
+absl::Status ParsePeers(const std::string& text, const std::string& listen,
+                        xl::service::ReplicaOptions* r) {
+  const std::string listen_port = listen.substr(listen.rfind(':') + 1);
+  auto bad = [&](absl::string_view part, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peers: '", part, "' ", why,
+        "; give every replica as ID=HOST:RAFT_PORT[/HOST:API_PORT], "
+        "comma-separated, e.g. 1=s1:7071,2=s2:7071,3=s3:7071"));
+  };
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    part = absl::StripAsciiWhitespace(part);
+    std::pair<absl::string_view, absl::string_view> id_rest =
+        absl::StrSplit(part, absl::MaxSplits('=', 1));
+    uint64_t id = 0;
+    if (!absl::SimpleAtoi(id_rest.first, &id) || id == 0) {
+      return bad(part, "does not start with a replica id (1, 2, ...) and =");
+    }
+    std::pair<absl::string_view, absl::string_view> addrs =
+        absl::StrSplit(id_rest.second, absl::MaxSplits('/', 1));
+    auto raft = xl::SplitServerList(addrs.first, "--peers");
+    if (!raft.ok() || raft->size() != 1) {
+      return bad(part, "has no Raft address HOST:PORT");
+    }
+    std::string api;
+    if (!addrs.second.empty()) {
+      auto given = xl::SplitServerList(addrs.second, "--peers");
+      if (!given.ok() || given->size() != 1) {
+        return bad(part, "has an API address that is not HOST:PORT");
+      }
+      api = (*given)[0];
+    } else {
+      const std::string& ra = (*raft)[0];
+      api = absl::StrCat(ra.substr(0, ra.rfind(':')), ":", listen_port);
+    }
+    if (r->raft.count(id) != 0) return bad(part, "repeats an id");
+    for (const auto& [other, address] : r->raft) {
+      if (address == (*raft)[0]) return bad(part, "repeats a Raft address");
+    }
+    r->raft[id] = (*raft)[0];
+    r->api[id] = api;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveReplicaFlags(Flags* f) {
+  xl::service::ReplicaOptions& r = f->opts.replica;
+  absl::Duration election;
+  if (!xl::ParseLifetime(f->election_timeout, &election) ||
+      election < absl::Milliseconds(100) || election > absl::Minutes(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--election-timeout: '", f->election_timeout,
+                     "' is not a duration from 100ms to 1m; give one such as "
+                     "1s"));
+  }
+  r.election_timeout = election;
+  r.heartbeat = std::max(absl::Milliseconds(20), election / 10);
+  if (r.id == 0) {
+    if (!f->peers.empty() || !r.raft_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--peers and --raft-dir go with --replica-id: give this replica's "
+          "id, or drop them to run one scheduler");
+    }
+    return absl::OkStatus();
+  }
+  if (f->dev) {
+    return absl::InvalidArgumentError(
+        "--replica-id: with --dev, use --replicas 3 instead");
+  }
+  absl::Status st = ParsePeers(f->peers, f->opts.listen, &r);
+  if (!st.ok()) return st;
+  if (r.raft.count(r.id) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peers: this replica's id ", r.id,
+        " is not among them; list every replica, this one included"));
+  }
+  if (r.raft.size() % 2 == 0) {
+    fprintf(stderr,
+            "xl-scheduler: WARNING: %zu replicas: an even number survives no "
+            "more failures than one fewer; run 3 or 5\n",
+            r.raft.size());
+  }
   return absl::OkStatus();
 }
 

@@ -34,6 +34,10 @@ struct Flags {
   std::string half_life = "7d", max_age = "7d", grow_after = "10m",
               estimate_interval = "1m", log_settle = "10s", brake_max = "5m";
   TokenCommand token;
+  // Replication: --peers as given, --election-timeout; with --dev,
+  // --replicas.
+  std::string peers, election_timeout = "1s";
+  int replicas = 1;
 };
 
 // The `token` subcommands.
@@ -53,6 +57,13 @@ TokenCommands AddTokenCommands(CLI::App* app, Flags* f);
 // Checks the flags and turns their text into f->opts (durations, the
 // heartbeat and the lease). INVALID_ARGUMENT names the flag and the fix.
 absl::Status ResolveFlags(Flags* f);
+
+// The replication flags into f->opts.replica (called by ResolveFlags).
+absl::Status ResolveReplicaFlags(Flags* f);
+// --peers' text into r->raft and r->api; a replica's API port defaults to
+// `listen`'s.
+absl::Status ParsePeers(const std::string& text, const std::string& listen,
+                        xl::service::ReplicaOptions* r);
 
 }  // namespace xl::server
 

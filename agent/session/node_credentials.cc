@@ -12,6 +12,7 @@
 #include "agent/log.h"
 #include "common/crypto/openssl.h"
 #include "common/grpc_status.h"
+#include "common/leader.h"
 #include "common/status.h"
 #include "xl/v1/auth.grpc.pb.h"
 
@@ -35,17 +36,33 @@ absl::Status Join(const NodeTlsOptions& o, const std::string& ca_pem,
   ASSIGN_OR_RETURN(std::string pub_pem, crypto::PublicKeyPem(key_pem));
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ca_pem;
-  auto channel = grpc::CreateChannel(o.scheduler, grpc::SslCredentials(ssl));
-  auto stub = v1::AuthService::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::JoinNodeRequest req;
   req.set_join_token(o.join_token);
   req.set_node_name(o.name);
   req.set_public_key_pem(pub_pem);
   req.set_name_is_default(o.name_is_default);
   v1::JoinNodeResponse resp;
-  grpc::Status st = stub->JoinNode(&ctx, req, &resp);
+  // A replicated scheduler: each address in turn, and the leader a replica
+  // names (common/leader.h).
+  ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                   SplitServerList(o.scheduler, "--scheduler"));
+  grpc::Status st;
+  std::string next;
+  for (size_t i = 0; i < addresses.size() + 1; ++i) {
+    const std::string address = !next.empty()              ? next
+                                : i < addresses.size()     ? addresses[i]
+                                                           : std::string();
+    if (address.empty()) break;
+    auto stub = v1::AuthService::NewStub(
+        grpc::CreateChannel(address, grpc::SslCredentials(ssl)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+    st = stub->JoinNode(&ctx, req, &resp);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    next = LeaderHint(ctx);
+    if (next == address) next.clear();
+  }
   if (!st.ok()) {
     return Annotate(FromGrpcStatus(st),
                     absl::StrCat("joining the cluster at ", o.scheduler));

@@ -17,12 +17,14 @@
 #include "common/duration.h"
 #include "common/limits.h"
 #include "common/grpc_status.h"
+#include "common/leader.h"
 #include "common/status.h"
 
 namespace xl::agent {
 namespace {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
+std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options,
+                                           const std::string& address) {
   grpc::ChannelArguments args;
   args.SetInt(
       GRPC_ARG_KEEPALIVE_TIME_MS,
@@ -46,7 +48,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
   // over gRPC's default of 4 MiB would end the session again and again.
   args.SetMaxReceiveMessageSize(kMaxSchedulerToAgentBytes);
   return grpc::CreateCustomChannel(
-      options.scheduler,
+      address,
       options.credentials != nullptr ? options.credentials
                                      : grpc::InsecureChannelCredentials(),
       args);
@@ -126,10 +128,46 @@ Session::Session(SessionOptions options)
     : options_(std::move(options)),
       instance_id_(options_.instance_id.empty() ? NewInstanceId()
                                                 : options_.instance_id),
-      channel_(MakeChannel(options_)),
-      stub_(v1::AgentService::NewStub(channel_)),
       outbox_(options_.max_buffered_log_bytes),
-      heartbeat_interval_(options_.heartbeat_interval) {}
+      heartbeat_interval_(options_.heartbeat_interval) {
+  // xl-agent checked the list; a bad one here is the caller's: used whole.
+  auto list = SplitServerList(options_.scheduler, "--scheduler");
+  addresses_ = list.ok() && !list->empty()
+                   ? *std::move(list)
+                   : std::vector<std::string>{options_.scheduler};
+  for (const std::string& address : addresses_) {
+    stubs_.push_back(
+        v1::AgentService::NewStub(MakeChannel(options_, address)));
+  }
+}
+
+std::string Session::scheduler() const {
+  absl::MutexLock lock(&mu_);
+  return addresses_[current_];
+}
+
+uint64_t Session::newest_term() const {
+  absl::MutexLock lock(&mu_);
+  return newest_term_;
+}
+
+int64_t Session::fenced() const {
+  absl::MutexLock lock(&mu_);
+  return fenced_;
+}
+
+bool Session::Fenced(uint64_t term, absl::string_view what) {
+  if (term >= newest_term_) {
+    newest_term_ = term;
+    return false;
+  }
+  ++fenced_;
+  LogLine(absl::StrCat("refused ", what, " from the scheduler at ",
+                       addresses_[current_], ": it is of leader term ", term,
+                       ", older than term ", newest_term_,
+                       " already seen (a deposed leader)"));
+  return true;
+}
 
 Session::~Session() { Shutdown(absl::ZeroDuration()); }
 
@@ -258,16 +296,43 @@ void Session::Run() {
     if (registered) {
       backoff = options_.initial_backoff;
       last_refusal_.clear();
-      LogLine(absl::StrCat("lost the scheduler at ", options_.scheduler, " (",
-                           status.ToString(), "); reconnecting"));
+      LogLine(absl::StrCat("lost the scheduler at ", addresses_[current_],
+                           " (", status.ToString(), "); reconnecting"));
     }
     // Jitter: uniform in [backoff/2, backoff], so agents that lost the same
     // scheduler do not come back in lockstep.
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     absl::Duration wait = backoff * jitter(rng);
-    if (!registered) {
-      LogFailedAttempt(status, wait);
-      backoff = std::min(backoff * 2, options_.max_backoff);
+    // A live replica answered (it does not lead): the scheduler is there,
+    // between leaders. Back off from the start again, so that the agent
+    // is not asleep when the new leader is ready.
+    if (replica_refused_) backoff = options_.initial_backoff;
+    // A replica named the leader: go there next, without backing off.
+    const auto named = std::find(addresses_.begin(), addresses_.end(),
+                                 redirect_);
+    if (!redirect_.empty() && named != addresses_.end() &&
+        static_cast<size_t>(named - addresses_.begin()) != current_) {
+      LogLine(absl::StrCat("the scheduler at ", addresses_[current_],
+                           " does not lead; the leader is ", redirect_));
+      current_ = named - addresses_.begin();
+      continue;
+    }
+    if (!redirect_.empty() && named != addresses_.end()) {
+      // Elected, loading its state: again soon, there.
+      wait = options_.initial_backoff * jitter(rng);
+    } else if (replica_refused_) {
+      // A live replica that knows no leader: an election is under way.
+      // The next replica, soon (not backing off: it takes about a second).
+      current_ = (current_ + 1) % addresses_.size();
+      wait = options_.initial_backoff * jitter(rng);
+    } else {
+      if (!registered) {
+        LogFailedAttempt(status, wait);
+        backoff = std::min(backoff * 2, options_.max_backoff);
+      }
+      // Another replica may lead now (or soon): try the next address.
+      current_ = (current_ + 1) % addresses_.size();
+      if (registered && addresses_.size() > 1) wait = absl::ZeroDuration();
     }
     auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return shutdown_ || closing_;
@@ -288,7 +353,7 @@ void Session::LogFailedAttempt(const absl::Status& status,
     std::string refusal = WithoutNumbers(status.message());
     if (refusal == last_refusal_) return;
     last_refusal_ = std::move(refusal);
-    LogLine(absl::StrCat("the scheduler at ", options_.scheduler,
+    LogLine(absl::StrCat("the scheduler at ", addresses_[current_],
                          " refuses this agent (instance ", instance_id_, "): ",
                          status.message(), "; retrying with backoff (at most ",
                          absl::FormatDuration(options_.max_backoff),
@@ -297,7 +362,7 @@ void Session::LogFailedAttempt(const absl::Status& status,
   }
   last_refusal_.clear();
   LogLine(absl::StrCat(
-      "cannot reach the scheduler at ", options_.scheduler, " (",
+      "cannot reach the scheduler at ", addresses_[current_], " (",
       status.ToString(), "); retrying in ",
       absl::FormatDuration(absl::Trunc(retry_in, absl::Milliseconds(1))),
       "; check --scheduler and that xl-scheduler runs"));
@@ -309,9 +374,15 @@ bool Session::AwaitUntil(const absl::Condition& cond, absl::Time deadline) {
 
 absl::Status Session::RunConnection(bool* registered) {
   grpc::ClientContext context;
+  v1::AgentService::Stub* stub = nullptr;
+  std::string address;
+  redirect_.clear();
+  replica_refused_ = false;
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_ || closing_) return absl::OkStatus();
+    stub = stubs_[current_].get();
+    address = addresses_[current_];
     context_ = &context;
     acked_ = false;
     connection_done_ = false;
@@ -322,7 +393,7 @@ absl::Status Session::RunConnection(bool* registered) {
     // The snapshot below carries every status queued so far.
     outbox_.DropStatuses();
   }
-  std::unique_ptr<Stream> stream = stub_->Connect(&context);
+  std::unique_ptr<Stream> stream = stub->Connect(&context);
 
   v1::AgentMessage hello;
   v1::Register* reg = hello.mutable_register_();
@@ -353,6 +424,18 @@ absl::Status Session::RunConnection(bool* registered) {
       const v1::RegisterAck& ack = message.register_ack();
       const absl::Duration interval =
           HeartbeatInterval(options_.heartbeat_interval, ack);
+      bool fenced = false;
+      {
+        absl::MutexLock lock(&mu_);
+        fenced = Fenced(ack.leader_term(), "a registration");
+      }
+      if (fenced) {
+        context.TryCancel();
+        while (stream->Read(&message)) {
+        }
+        result = absl::FailedPreconditionError(absl::StrCat(
+            "a deposed leader (term ", ack.leader_term(), ")"));
+      } else {
       // Unset (a scheduler from before leases): no lease, never expires.
       const absl::Duration lease =
           ack.has_lease() ? FromProto(ack.lease()) : absl::ZeroDuration();
@@ -369,7 +452,7 @@ absl::Status Session::RunConnection(bool* registered) {
       }
       *registered = true;
       LogLine(absl::StrCat(
-          "registered with the scheduler at ", options_.scheduler, " as node ",
+          "registered with the scheduler at ", address, " as node ",
           ack.node(), " (heartbeat every ", absl::FormatDuration(interval),
           lease > absl::ZeroDuration()
               ? absl::StrCat("; lease ", absl::FormatDuration(lease))
@@ -377,6 +460,7 @@ absl::Status Session::RunConnection(bool* registered) {
           ")"));
       while (stream->Read(&message)) Dispatch(message);
       result = absl::UnavailableError("the stream ended");
+      }
     }
   } else {
     result = absl::UnavailableError("cannot send Register");
@@ -401,6 +485,9 @@ absl::Status Session::RunConnection(bool* registered) {
     unacked_bytes_ = 0;
   }
   grpc::Status finish = stream->Finish();
+  redirect_ = LeaderHint(context);
+  replica_refused_ =
+      context.GetServerTrailingMetadata().count(kTermMetadataKey) != 0;
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
@@ -410,7 +497,10 @@ absl::Status Session::RunConnection(bool* registered) {
           "ended by the agent: the lease expired");
     }
   }
-  if (!finish.ok()) return FromGrpcStatus(finish);
+  // A refused deposed leader: the refusal, not the cancel it caused.
+  if (!finish.ok() && !absl::IsFailedPrecondition(result)) {
+    return FromGrpcStatus(finish);
+  }
   return result;
 }
 
@@ -446,7 +536,7 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
     if (!acked_) {
       if (clock.MonotonicNow() >= ack_deadline) {
         LogLine(absl::StrCat(
-            "no RegisterAck from ", options_.scheduler, " within ",
+            "no RegisterAck from ", addresses_[current_], " within ",
             absl::FormatDuration(options_.register_timeout), "; reconnecting"));
         context->TryCancel();
         break;
@@ -496,7 +586,15 @@ void Session::WriterLoop(Stream* stream, grpc::ClientContext* context) {
 
 void Session::Dispatch(const v1::SchedulerMessage& message) {
   switch (message.msg_case()) {
-    case v1::SchedulerMessage::kStartRanks:
+    case v1::SchedulerMessage::kStartRanks: {
+      {
+        absl::MutexLock lock(&mu_);
+        if (Fenced(message.start_ranks().leader_term(),
+                   absl::StrCat("StartRanks of job ",
+                                message.start_ranks().job_id()))) {
+          break;
+        }
+      }
       LogLine(Describe(message.start_ranks()));
       if (!options_.rank_tls_ca.empty()) {
         v1::StartRanks start = message.start_ranks();
@@ -509,8 +607,16 @@ void Session::Dispatch(const v1::SchedulerMessage& message) {
         controller_->StartRanks(message.start_ranks());
       }
       break;
+    }
     case v1::SchedulerMessage::kStopJob: {
       const v1::StopJob& stop = message.stop_job();
+      {
+        absl::MutexLock lock(&mu_);
+        if (Fenced(stop.leader_term(),
+                   absl::StrCat("StopJob of job ", stop.job_id()))) {
+          break;
+        }
+      }
       LogLine(absl::StrCat("job ", stop.job_id(),
                            ": stop attempts <= ", stop.attempt(), " (grace ",
                            absl::FormatDuration(FromProto(stop.grace_period())),

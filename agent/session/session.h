@@ -44,7 +44,9 @@
 namespace xl::agent {
 
 struct SessionOptions {
-  // The scheduler's agent endpoint, HOST:PORT.
+  // The scheduler's agent endpoint, HOST:PORT, or a comma-separated list of
+  // a replicated scheduler's replicas: the session connects to the one that
+  // leads (common/leader.h), and follows it when another takes over.
   std::string scheduler;
   // Register.instance_id; empty: drawn at random. The agent keeps its own
   // in its state directory, so that a restarted agent that adopted its
@@ -115,6 +117,13 @@ class Session : public RankEventSink {
   absl::Duration SinceLastAck() const;
   // Rank exits (and failures to start) reported so far.
   int64_t rank_exits() const;
+  // The newest scheduler leader term seen (RegisterAck.leader_term), and the
+  // commands and acks refused for carrying an older one (a deposed
+  // leader's).
+  uint64_t newest_term() const;
+  int64_t fenced() const;
+  // The scheduler address of the current (or last) connection.
+  std::string scheduler() const;
   // Register.instance_id: options.instance_id, or 128 random bits in hex
   // drawn once per Session (the same across its reconnects).
   const std::string& instance_id() const { return instance_id_; }
@@ -140,11 +149,26 @@ class Session : public RankEventSink {
   // Logs why a connection failed before its RegisterAck, once per kind of
   // refusal (a name served by another agent) rather than once per attempt.
   void LogFailedAttempt(const absl::Status& status, absl::Duration retry_in);
+  // True (and counted, logged) when a message of `term` comes from a
+  // deposed leader: older than the newest term seen.
+  bool Fenced(uint64_t term, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionOptions options_;
   const std::string instance_id_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::AgentService::Stub> stub_;
+  // One per address of options_.scheduler.
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<v1::AgentService::Stub>> stubs_;
+  // The address connected to, an index into addresses_.
+  size_t current_ ABSL_GUARDED_BY(mu_) = 0;
+  // The leader a refusing replica named (xl-leader) at the end of the last
+  // connection; session thread only.
+  std::string redirect_;
+  // A replica that does not lead refused the last connection (it answered
+  // with the xl-term metadata); session thread only.
+  bool replica_refused_ = false;
+  uint64_t newest_term_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t fenced_ ABSL_GUARDED_BY(mu_) = 0;
   RankController* controller_ = nullptr;
   std::thread thread_;
   std::thread lease_thread_;

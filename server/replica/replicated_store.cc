@@ -46,7 +46,32 @@ void ReplicatedStore::WriteChanges(
     log_->Answer(entry.status(), std::move(done));
     return;
   }
-  log_->Append(*std::move(entry), std::move(done));
+  absl::MutexLock lock(&mu_);
+  ++unanswered_;
+  own_.push_back(Own{*entry, std::move(batch)});
+  auto it = std::prev(own_.end());
+  log_->Append(*std::move(entry),
+               [this, it, done = std::move(done)](absl::Status st) {
+                 {
+                   absl::MutexLock lock(&mu_);
+                   own_.erase(it);
+                 }
+                 done(std::move(st));
+                 absl::MutexLock lock(&mu_);
+                 --unanswered_;
+               });
+}
+
+void ReplicatedStore::Barrier(DoneFn done) {
+  WriteChanges(std::make_shared<const store::ChangeBatch>(), std::move(done));
+}
+
+bool ReplicatedStore::WaitAnswered(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return unanswered_ == 0;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&none), timeout);
 }
 
 void ReplicatedStore::Write(WriteFn, DoneFn done) {
@@ -60,18 +85,29 @@ absl::Status ReplicatedStore::Apply(uint64_t index, absl::string_view entry,
   // Applied before a restart: raft hands entries again from its last
   // snapshot, the database has them already.
   if (index <= applied_) return absl::OkStatus();
-  absl::StatusOr<store::Changes> changes = store::DecodeChanges(entry);
-  if (!changes.ok()) {
+  // One of this replica's own writes (the oldest not answered, since they
+  // commit in the order appended): its batch carries the out fields.
+  std::shared_ptr<const store::ChangeBatch> own;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!own_.empty() && own_.front().entry == entry) {
+      own = own_.front().batch;
+    }
+  }
+  absl::StatusOr<store::Changes> decoded;
+  if (own == nullptr) decoded = store::DecodeChanges(entry);
+  if (own == nullptr && !decoded.ok()) {
     // Of another release (a format or kind this one does not know): it
     // must not be skipped here while newer replicas apply it. Stop.
-    if (!absl::IsDataLoss(changes.status())) return changes.status();
+    if (!absl::IsDataLoss(decoded.status())) return decoded.status();
     // Damaged bytes, the same on every replica: refused alike everywhere.
     applied_ = index;
-    *outcome = changes.status();
+    *outcome = decoded.status();
     return absl::OkStatus();
   }
+  const store::Changes& changes = own != nullptr ? own->changes : *decoded;
   absl::Status st = local_->WriteSync([&](store::Tx& tx) -> absl::Status {
-    RETURN_IF_ERROR(store::WriteChanges(*changes, tx));
+    RETURN_IF_ERROR(store::WriteChanges(changes, tx));
     return tx.SetAppliedIndex(index);
   });
   if (!st.ok() && !OwnFailure(st)) {

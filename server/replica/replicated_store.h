@@ -14,14 +14,18 @@
 // ReadMetrics) are this replica's database: on a follower they may be
 // behind the leader.
 //
-// Not yet wired into xl-scheduler (the controller still writes functions,
-// not change lists, through Store::Write); no snapshots yet.
+// On the leader, an entry it appended itself is applied from the caller's
+// own batch, so that what a write gives back (AppendLog's seq, TrimOutput's
+// trimmed) reaches the caller; every other replica decodes the bytes.
+//
+// No snapshots yet.
 //
 // Thread-safe.
 #ifndef XL_SERVER_REPLICA_REPLICATED_STORE_H_
 #define XL_SERVER_REPLICA_REPLICATED_STORE_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -65,16 +69,35 @@ class ReplicatedStore : public store::Store {
 
   RaftLog::State log_state() const { return log_->state(); }
 
+  // Appends an empty entry and runs done(status) once it is committed and
+  // applied here: on a new leader, every entry of earlier terms is then in
+  // this replica's database (Load gives the whole committed state).
+  void Barrier(DoneFn done);
+
+  // Waits up to `timeout` until every WriteChanges made so far has been
+  // answered; false if some are still out.
+  bool WaitAnswered(absl::Duration timeout);
+
  private:
   ReplicatedStore() = default;
   // RaftLog's apply, on its thread.
   absl::Status Apply(uint64_t index, absl::string_view entry,
                      absl::Status* outcome);
 
+  // A write of this replica's own, not answered yet.
+  struct Own {
+    std::string entry;
+    std::shared_ptr<const store::ChangeBatch> batch;
+  };
+
   std::unique_ptr<store::SqliteStore> local_;
   std::unique_ptr<RaftLog> log_;
   // The log's thread only.
   uint64_t applied_ = 0;
+  mutable absl::Mutex mu_;
+  // In the order appended (Append's order: pushed under mu_ with it).
+  std::list<Own> own_ ABSL_GUARDED_BY(mu_);
+  int64_t unanswered_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace xl::replica

@@ -38,8 +38,8 @@ class AgentStream : public state::AgentConnection {
   // come; thousands waiting means it stopped reading).
   static constexpr size_t kMaxQueued = 10000;
 
-  AgentStream(Reactor* reactor, std::string peer)
-      : reactor_(reactor), peer_(std::move(peer)) {}
+  AgentStream(Reactor* reactor, std::string peer, uint64_t leader_term)
+      : reactor_(reactor), peer_(std::move(peer)), term_(leader_term) {}
 
   bool Send(const v1::SchedulerMessage& msg) override {
     const v1::SchedulerMessage* next = nullptr;
@@ -51,6 +51,15 @@ class AgentStream : public state::AgentConnection {
         overflow = true;
       } else {
         queue_.push_back(msg);
+        // Fencing: the agent refuses what a deposed leader sends.
+        v1::SchedulerMessage& m = queue_.back();
+        if (m.has_register_ack()) {
+          m.mutable_register_ack()->set_leader_term(term_);
+        } else if (m.has_start_ranks()) {
+          m.mutable_start_ranks()->set_leader_term(term_);
+        } else if (m.has_stop_job()) {
+          m.mutable_stop_job()->set_leader_term(term_);
+        }
         if (writing_) return true;
         writing_ = true;
         next = &queue_.front();
@@ -129,6 +138,7 @@ class AgentStream : public state::AgentConnection {
  private:
   Reactor* const reactor_;
   const std::string peer_;
+  const uint64_t term_;
   absl::Mutex mu_;
   std::deque<v1::SchedulerMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -141,10 +151,11 @@ class AgentStream : public state::AgentConnection {
 class AgentStreamReactor : public Reactor {
  public:
   AgentStreamReactor(Controller* controller, const auth::Authenticator* auth,
-                     grpc::CallbackServerContext* ctx)
+                     grpc::CallbackServerContext* ctx, uint64_t leader_term)
       : controller_(controller),
         auth_enabled_(auth->enabled()),
-        stream_(std::make_shared<AgentStream>(this, ctx->peer())) {
+        stream_(std::make_shared<AgentStream>(this, ctx->peer(),
+                                              leader_term)) {
     // With auth on, only an agent's certificate opens a session, and the
     // node it names is the only one the session may speak for.
     auto who = auth->Identify(ctx);
@@ -227,7 +238,7 @@ class AgentStreamReactor : public Reactor {
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>*
 AgentServiceImpl::Connect(grpc::CallbackServerContext* ctx) {
-  return new AgentStreamReactor(controller_, auth_, ctx);
+  return new AgentStreamReactor(controller_, auth_, ctx, term_);
 }
 
 }  // namespace xl::service

@@ -5,7 +5,16 @@
 #include <netinet/in.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/notification.h"
+#include "common/leader.h"
+#include "server/replica/replicated_store.h"
+#include "xl/v1/replica.grpc.pb.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/crypto/openssl.h"
@@ -110,7 +119,126 @@ absl::Status SetUpSecurity(const ServerOptions& opts, const std::string& host,
   return absl::OkStatus();
 }
 
+// A replica that does not lead: every call (but the health service's) is
+// answered UNAVAILABLE, naming the leader in the message and in the
+// xl-leader trailing metadata (common/leader.h) when it is known.
+class FollowerService : public grpc::CallbackGenericService {
+ public:
+  FollowerService(replica::ReplicatedStore* store, const ReplicaOptions& opts)
+      : store_(store), opts_(opts) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* ctx) override {
+    const replica::RaftLog::State st = store_->log_state();
+    std::string leader;
+    if (st.leader_id == opts_.id) {
+      // Elected, and still applying the log before it acts: soon, here.
+      ctx->AddTrailingMetadata(kTermMetadataKey, absl::StrCat(st.term));
+      if (auto it = opts_.api.find(opts_.id); it != opts_.api.end()) {
+        ctx->AddTrailingMetadata(kLeaderMetadataKey, it->second);
+      }
+      return new Refusal(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("scheduler replica ", opts_.id,
+                       " was elected leader (term ", st.term,
+                       ") and is loading its state; retry in a moment")));
+    }
+    if (st.leader_id != 0) {
+      auto it = opts_.api.find(st.leader_id);
+      if (it != opts_.api.end()) leader = it->second;
+    }
+    ctx->AddTrailingMetadata(kTermMetadataKey, absl::StrCat(st.term));
+    std::string msg = absl::StrCat("scheduler replica ", opts_.id,
+                                   " does not lead (term ", st.term, "); ");
+    if (!leader.empty()) {
+      ctx->AddTrailingMetadata(kLeaderMetadataKey, leader);
+      absl::StrAppend(&msg, "the leader is replica ", st.leader_id, " at ",
+                      leader,
+                      "; call it there, or give every replica's address "
+                      "(--server a:7070,b:7070,c:7070)");
+    } else {
+      absl::StrAppend(&msg,
+                      "no leader is known yet (an election is under way, "
+                      "or too few replicas are up); retry in a second");
+    }
+    return new Refusal(grpc::Status(grpc::StatusCode::UNAVAILABLE, msg));
+  }
+
+ private:
+  class Refusal : public grpc::ServerGenericBidiReactor {
+   public:
+    explicit Refusal(const grpc::Status& status) { Finish(status); }
+    void OnDone() override { delete this; }
+  };
+
+  replica::ReplicatedStore* const store_;
+  const ReplicaOptions opts_;
+};
+
 }  // namespace
+
+// ReplicaService: answered by every replica (and by a scheduler that is not
+// replicated, as the leader of itself).
+class ReplicaServiceImpl : public v1::ReplicaService::CallbackService {
+ public:
+  // `serving`: this replica serves the API as the leader now (elected,
+  // and its controller running).
+  ReplicaServiceImpl(replica::ReplicatedStore* store, const ServerOptions& opts,
+                     bool serving)
+      : store_(store),
+        opts_(opts.replica),
+        version_(opts.version),
+        serving_(serving) {}
+
+  grpc::ServerUnaryReactor* GetReplicaStatus(
+      grpc::CallbackServerContext* ctx, const v1::GetReplicaStatusRequest*,
+      v1::ReplicaStatus* out) override {
+    out->set_id(opts_.id);
+    out->set_pid(getpid());
+    out->set_version(version_);
+    if (store_ == nullptr) {
+      out->set_leader(true);  // addresses: the one the caller dialled
+    } else {
+      const replica::RaftLog::State st = store_->log_state();
+      out->set_leader(serving_ && st.leader);
+      out->set_term(st.term);
+      out->set_leader_id(st.leader_id);
+      if (auto it = opts_.api.find(st.leader_id); it != opts_.api.end()) {
+        out->set_leader_address(it->second);
+      }
+      if (auto it = opts_.api.find(opts_.id); it != opts_.api.end()) {
+        out->set_address(it->second);
+      }
+      out->set_commit_index(st.commit_index);
+      out->set_applied_index(st.applied_index);
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  replica::ReplicatedStore* const store_;
+  const ReplicaOptions opts_;
+  const std::string version_;
+  const bool serving_;
+};
+
+struct SchedulerServer::Term {
+  bool lead = false;
+  uint64_t number = 0;
+  std::unique_ptr<AuthServiceImpl> auth;
+  std::unique_ptr<Controller> controller;
+  std::unique_ptr<JobServiceImpl> jobs;
+  std::unique_ptr<NodeServiceImpl> nodes;
+  std::unique_ptr<QueueServiceImpl> queues;
+  std::unique_ptr<AgentServiceImpl> agents;
+  std::unique_ptr<RendezvousServiceImpl> rendezvous;
+  std::unique_ptr<FollowerService> follower;
+  std::unique_ptr<ReplicaServiceImpl> replica;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<HttpGateway> gateway;
+};
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     ServerOptions opts) {
@@ -125,34 +253,68 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (!lock.ok()) return lock.status();
   s->lock_ = std::move(*lock);
   s->telemetry_ = std::make_unique<control::SchedulerTelemetry>();
-  store::StoreOptions store_opts;
-  store_opts.on_commit = [t = s->telemetry_.get()](size_t writes,
-                                                   absl::Duration commit) {
-    t->ObserveCommit(writes, commit);
-  };
-  auto store = store::SqliteStore::Open(opts.db, store_opts);
-  if (!store.ok()) return Annotate(store.status(), "--db");
-  s->store_ = std::move(*store);
-
   size_t colon = opts.listen.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--listen: '", opts.listen, "' is not HOST:PORT, e.g. 127.0.0.1:7070"));
   }
-  const std::string host = opts.listen.substr(0, colon);
+  s->host_ = opts.listen.substr(0, colon);
+  if (!absl::SimpleAtoi(opts.listen.substr(colon + 1), &s->port_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen: '", opts.listen, "' is not HOST:PORT, e.g. 127.0.0.1:7070"));
+  }
+  if (opts.replica.id != 0) {
+    replica::RaftLog::Options log;
+    log.id = opts.replica.id;
+    log.peers = opts.replica.raft;
+    log.dir = opts.replica.raft_dir.empty() ? opts.db + ".raft"
+                                            : opts.replica.raft_dir;
+    log.election_timeout = opts.replica.election_timeout;
+    log.heartbeat = opts.replica.heartbeat;
+    auto store = replica::ReplicatedStore::Open(opts.db, std::move(log));
+    if (!store.ok()) return Annotate(store.status(), "--db and --raft-dir");
+    s->replicated_ = store->get();
+    s->store_ = std::move(*store);
+  } else {
+    store::StoreOptions store_opts;
+    store_opts.on_commit = [t = s->telemetry_.get()](size_t writes,
+                                                     absl::Duration commit) {
+      t->ObserveCommit(writes, commit);
+    };
+    auto store = store::SqliteStore::Open(opts.db, store_opts);
+    if (!store.ok()) return Annotate(store.status(), "--db");
+    s->store_ = std::move(*store);
+  }
+
   auto tokens = auth::TokenStore::Open(opts.db);
   if (!tokens.ok()) return Annotate(tokens.status(), "--db (tokens)");
   s->tokens_ = std::move(*tokens);
-  std::shared_ptr<grpc::ServerCredentials> creds;
-  NodeCa node_ca;
-  RETURN_IF_ERROR(SetUpSecurity(opts, host, &creds, s->tokens_.get(),
-                                &s->authenticator_, &node_ca));
-
+  RETURN_IF_ERROR(SetUpSecurity(opts, s->host_, &s->creds_, s->tokens_.get(),
+                                &s->authenticator_, &s->node_ca_));
+  s->streams_ = std::make_unique<StreamLimits>(opts.max_streams,
+                                               opts.max_streams_per_user);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  s->opts_ = std::move(opts);
+  const bool replicated = s->replicated_ != nullptr;
+  // Replicated, a replica starts as a follower; the watcher makes it the
+  // leader once the log says so.
+  RETURN_IF_ERROR(s->StartTerm(/*lead=*/!replicated, /*term=*/0));
+  s->address_ = absl::StrCat(s->host_, ":", s->port_);
+  if (replicated) {
+    s->watcher_ = std::thread([raw = s.get()] { raw->WatchRole(); });
+  }
+  return s;
+}
+
+absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
+  const ServerOptions& opts = opts_;
+  auto t = std::make_unique<Term>();
+  t->lead = lead;
+  t->number = number;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(opts.listen, creds,
-                           &s->port_);
+  int bound = 0;
+  builder.AddListeningPort(absl::StrCat(host_, ":", port_), creds_, &bound);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              1000);
@@ -161,85 +323,220 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   // rendezvous value) fits in 4 MiB; replies are paged below 16 MiB.
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   builder.SetMaxSendMessageSize(kMaxReplyBytes);
-
-  // The controller needs the final address for XL_SCHEDULER, known only
-  // after binding; build the services first, start the loop after.
-  control::ControllerOptions copts = opts.controller;
-  copts.telemetry = s->telemetry_.get();
-  s->controller_ = std::make_unique<Controller>(s->store_.get(),
-                                                RealClock::Get(), copts);
-  auto recovered = s->controller_->Recover();
-  if (!recovered.ok()) return Annotate(recovered, "recovering from --db");
-  if (!opts.queues_file.empty()) {
-    v1::QueueFile file;
-    absl::Status read = ReadYamlFileToMessage(opts.queues_file, &file);
-    if (read.ok()) {
-      read = s->controller_->ApplyQueueFile(
-          file, absl::StrCat("queues file ", opts.queues_file));
+  t->replica = std::make_unique<ReplicaServiceImpl>(replicated_, opts, lead);
+  builder.RegisterService(t->replica.get());
+  if (!lead) {
+    t->follower = std::make_unique<FollowerService>(replicated_, opts.replica);
+    builder.RegisterCallbackGenericService(t->follower.get());
+  } else {
+    // The controller needs the final address for XL_SCHEDULER, known only
+    // after binding; build the services first, start the loop after.
+    control::ControllerOptions copts = opts.controller;
+    copts.telemetry = telemetry_.get();
+    t->controller = std::make_unique<Controller>(store_.get(),
+                                                 RealClock::Get(), copts);
+    auto recovered = t->controller->Recover();
+    if (!recovered.ok()) return Annotate(recovered, "recovering from --db");
+    if (!opts.queues_file.empty()) {
+      v1::QueueFile file;
+      absl::Status read = ReadYamlFileToMessage(opts.queues_file, &file);
+      if (read.ok()) {
+        read = t->controller->ApplyQueueFile(
+            file, absl::StrCat("queues file ", opts.queues_file));
+      }
+      if (!read.ok()) {
+        return Annotate(read, absl::StrCat("--queues ", opts.queues_file));
+      }
     }
-    if (!read.ok()) {
-      return Annotate(read, absl::StrCat("--queues ", opts.queues_file));
+    const auth::Authenticator* authn = authenticator_.get();
+    Controller* c = t->controller.get();
+    t->jobs = std::make_unique<JobServiceImpl>(c, authn, streams_.get());
+    t->nodes = std::make_unique<NodeServiceImpl>(c, authn);
+    t->agents = std::make_unique<AgentServiceImpl>(c, authn, number);
+    t->queues = std::make_unique<QueueServiceImpl>(c, authn);
+    t->auth = std::make_unique<AuthServiceImpl>(c, authn, node_ca_);
+    t->rendezvous = std::make_unique<RendezvousServiceImpl>(c);
+    builder.RegisterService(t->auth.get());
+    builder.RegisterService(t->jobs.get());
+    builder.RegisterService(t->nodes.get());
+    builder.RegisterService(t->queues.get());
+    builder.RegisterService(t->agents.get());
+    builder.RegisterService(t->rendezvous.get());
+    if (!opts.metrics_listen.empty()) {
+      GatewayOptions gw;
+      gw.listen = opts.metrics_listen;
+      // The port bound first, again on every later term.
+      if (metrics_port_ != 0) {
+        gw.listen = absl::StrCat(
+            opts.metrics_listen.substr(0, opts.metrics_listen.rfind(':')),
+            ":", metrics_port_);
+      }
+      gw.auth_enabled = authenticator_->enabled();
+      gw.version = opts.version;
+      if (!opts.tls_cert_file.empty()) {
+        gw.tls_cert_file = opts.tls_cert_file;
+        gw.tls_key_file = opts.tls_key_file;
+      }
+      gw.metrics_without_token = opts.metrics_without_token;
+      gw.allowed_hosts = opts.dashboard_hosts;
+      auto gateway = HttpGateway::Start(gw, c, telemetry_.get());
+      if (!gateway.ok()) return gateway.status();
+      t->gateway = std::move(*gateway);
+      metrics_url_ = t->gateway->url();
+      metrics_port_ = t->gateway->port();
     }
   }
-  const auth::Authenticator* authn = s->authenticator_.get();
-  s->streams_ = std::make_unique<StreamLimits>(opts.max_streams,
-                                               opts.max_streams_per_user);
-  s->jobs_ = std::make_unique<JobServiceImpl>(s->controller_.get(), authn,
-                                              s->streams_.get());
-  s->nodes_ = std::make_unique<NodeServiceImpl>(s->controller_.get(), authn);
-  s->agents_ = std::make_unique<AgentServiceImpl>(s->controller_.get(), authn);
-  s->queues_ = std::make_unique<QueueServiceImpl>(s->controller_.get(), authn);
-  s->auth_ = std::make_unique<AuthServiceImpl>(s->controller_.get(), authn,
-                                               std::move(node_ca));
-  builder.RegisterService(s->auth_.get());
-  builder.RegisterService(s->jobs_.get());
-  builder.RegisterService(s->nodes_.get());
-  builder.RegisterService(s->queues_.get());
-  builder.RegisterService(s->agents_.get());
-  s->rendezvous_ = std::make_unique<RendezvousServiceImpl>(s->controller_.get());
-  builder.RegisterService(s->rendezvous_.get());
-  if (!opts.metrics_listen.empty()) {
-    GatewayOptions gw;
-    gw.listen = opts.metrics_listen;
-    gw.auth_enabled = s->authenticator_->enabled();
-    gw.version = opts.version;
-    if (!opts.tls_cert_file.empty()) {
-      gw.tls_cert_file = opts.tls_cert_file;
-      gw.tls_key_file = opts.tls_key_file;
-    }
-    gw.metrics_without_token = opts.metrics_without_token;
-    gw.allowed_hosts = opts.dashboard_hosts;
-    auto gateway =
-        HttpGateway::Start(gw, s->controller_.get(), s->telemetry_.get());
-    if (!gateway.ok()) return gateway.status();
-    s->gateway_ = std::move(*gateway);
-  }
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->port_ == 0) {
+  t->server = builder.BuildAndStart();
+  if (t->server == nullptr || bound == 0) {
+    if (t->gateway != nullptr) t->gateway->Stop();
+    if (t->controller != nullptr) t->controller->Stop();
     return absl::UnavailableError(absl::StrCat(
-        "--listen: cannot listen on ", opts.listen,
+        "--listen: cannot listen on ", host_, ":", port_,
         "; is another xl-scheduler running there? pick another port"));
   }
-  s->address_ = absl::StrCat(host, ":", s->port_);
-  s->controller_->SetAdvertiseAddressIfEmpty(s->address_);
-  if (s->gateway_ != nullptr) s->gateway_->Attach(s->server_.get());
-  s->controller_->Start();
-  return s;
+  port_ = bound;
+  // Readiness for load balancers and callers with a list: the API is
+  // served here only by the leader.
+  if (grpc::HealthCheckServiceInterface* health =
+          t->server->GetHealthCheckService()) {
+    health->SetServingStatus(kLeaderHealthService, lead);
+  }
+  if (t->controller != nullptr) {
+    t->controller->SetAdvertiseAddressIfEmpty(absl::StrCat(host_, ":", port_));
+    if (t->gateway != nullptr) t->gateway->Attach(t->server.get());
+    t->controller->Start();
+  }
+  absl::MutexLock lock(&mu_);
+  term_ = std::move(t);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SchedulerServer::Term> SchedulerServer::StopTerm() {
+  std::unique_ptr<Term> t;
+  {
+    absl::MutexLock lock(&mu_);
+    t = std::move(term_);
+  }
+  if (t == nullptr) return t;
+  if (t->gateway != nullptr) t->gateway->Stop();
+  t->server->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(500));
+  t->server->Wait();
+  if (t->controller != nullptr) {
+    t->controller->Stop();
+    // The controller's writes in flight answer into it: wait for them (a
+    // deposed leader's are answered UNAVAILABLE by the log at once).
+    if (replicated_ != nullptr && !replicated_->WaitAnswered(absl::Seconds(30))) {
+      fprintf(stderr,
+              "xl-scheduler: writes of the ended term still unanswered after "
+              "30 s; stopping (a restart follows the log again)\n");
+      std::abort();
+    }
+  }
+  return t;
+}
+
+void SchedulerServer::WatchRole() {
+  const ReplicaOptions& r = opts_.replica;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_;
+      };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping),
+                               absl::Milliseconds(20))) {
+        return;
+      }
+    }
+    const replica::RaftLog::State st = replicated_->log_state();
+    bool lead = false;
+    uint64_t number = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (term_ != nullptr) {
+        lead = term_->lead;
+        number = term_->number;
+      }
+    }
+    if (lead && (!st.leader || st.term != number)) {
+      fprintf(stderr,
+              "xl-scheduler: replica %llu no longer leads (term %llu, now "
+              "%llu); stopping its controller and following\n",
+              static_cast<unsigned long long>(r.id),
+              static_cast<unsigned long long>(number),
+              static_cast<unsigned long long>(st.term));
+      StopTerm();
+      if (absl::Status started = StartTerm(false, st.term); !started.ok()) {
+        fprintf(stderr, "xl-scheduler: cannot serve as a follower: %s\n",
+                std::string(started.message()).c_str());
+        std::abort();
+      }
+      continue;
+    }
+    if (lead || !st.leader) continue;
+    // Leading: once every entry of earlier terms is applied here (a
+    // barrier of this term), load the model from the database and act.
+    const absl::Time elected = absl::Now();
+    absl::Notification applied;
+    absl::Status barrier;
+    replicated_->Barrier([&](absl::Status status) {
+      barrier = status;
+      applied.Notify();
+    });
+    if (!applied.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      fprintf(stderr, "xl-scheduler: the leader's barrier took over 30 s\n");
+      std::abort();
+    }
+    const replica::RaftLog::State now = replicated_->log_state();
+    if (!barrier.ok() || !now.leader || now.term != st.term) continue;
+    const absl::Time caught_up = absl::Now();
+    StopTerm();
+    absl::Status started = StartTerm(true, st.term);
+    if (!started.ok()) {
+      fprintf(stderr, "xl-scheduler: cannot take the lead: %s\n",
+              std::string(started.message()).c_str());
+      std::abort();
+    }
+    fprintf(stderr,
+            "xl-scheduler: replica %llu leads (term %llu): log applied in "
+            "%lld ms, state loaded and serving in %lld ms more\n",
+            static_cast<unsigned long long>(r.id),
+            static_cast<unsigned long long>(st.term),
+            static_cast<long long>(absl::ToInt64Milliseconds(caught_up - elected)),
+            static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - caught_up)));
+  }
+}
+
+bool SchedulerServer::leading() const {
+  absl::MutexLock lock(&mu_);
+  return term_ != nullptr && term_->lead;
+}
+
+uint64_t SchedulerServer::term() const {
+  absl::MutexLock lock(&mu_);
+  return term_ != nullptr ? term_->number : 0;
+}
+
+std::string SchedulerServer::ScrapeMetrics() {
+  absl::MutexLock lock(&mu_);
+  return term_ != nullptr && term_->gateway != nullptr
+             ? term_->gateway->Scrape()
+             : "";
 }
 
 void SchedulerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  if (gateway_ != nullptr) gateway_->Stop();
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(500));
-  server_->Wait();
-  controller_->Stop();
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
+  std::unique_ptr<Term> last = StopTerm();
   store_.reset();  // commits what is queued; callbacks reach the controller
 }
 
-SchedulerServer::~SchedulerServer() {
-  if (server_ != nullptr) Shutdown();
-}
+SchedulerServer::~SchedulerServer() { Shutdown(); }
 
 }  // namespace xl::service

@@ -7,8 +7,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/limits.h"
@@ -18,7 +20,27 @@
 #include "server/store/db_lock.h"
 #include "server/store/sqlite_store.h"
 
+namespace xl::replica {
+class ReplicatedStore;
+}
+
 namespace xl::service {
+
+// A scheduler replicated on Raft (server/replica/): every replica keeps its
+// own database, one leads. Without an id: one scheduler, as always.
+struct ReplicaOptions {
+  // This replica's id (1, 2, ...); 0: not replicated.
+  uint64_t id = 0;
+  // Every replica's Raft address (HOST:PORT, a port apart from the API's),
+  // and its API address (for the xl-leader redirect), by id; the same on
+  // every replica.
+  std::map<uint64_t, std::string> raft;
+  std::map<uint64_t, std::string> api;
+  // Raft's log; empty: the database's path + ".raft".
+  std::string raft_dir;
+  absl::Duration election_timeout = absl::Seconds(1);
+  absl::Duration heartbeat = absl::Milliseconds(100);
+};
 
 struct ServerOptions {
   // HOST:PORT; port 0 picks a free one.
@@ -53,6 +75,7 @@ struct ServerOptions {
   std::vector<std::string> dashboard_hosts;
   // Shown by /api/info.
   std::string version = "dev";
+  ReplicaOptions replica;
 };
 
 // The largest message the scheduler takes, and the largest it sends.
@@ -75,21 +98,40 @@ class SchedulerServer {
   bool auth_enabled() const { return authenticator_->enabled(); }
   // Non-empty when running with --insecure.
   // The side port's URL ("https://127.0.0.1:9400"), or "" without one.
-  std::string metrics_url() const {
-    return gateway_ != nullptr ? gateway_->url() : "";
-  }
-  int metrics_port() const {
-    return gateway_ != nullptr ? gateway_->port() : 0;
-  }
+  // Replicated, the side port is served while this replica leads.
+  std::string metrics_url() const { return metrics_url_; }
+  int metrics_port() const { return metrics_port_; }
   // For tests and benchmarks: what /metrics would answer now.
-  std::string ScrapeMetrics() { return gateway_ != nullptr ? gateway_->Scrape() : ""; }
+  std::string ScrapeMetrics();
   const std::string& security_warning() const {
     return authenticator_->warning();
   }
+  // Replicated: this replica leads now, in the Raft term given.
+  bool leading() const;
+  uint64_t term() const;
   void Shutdown();
 
  private:
+  // What serves the API while this replica leads (or always, when not
+  // replicated): the controller, the services and the gRPC server. While it
+  // follows, only `follower` (every call answered with where the leader
+  // is) and the health service.
+  struct Term;
+
   SchedulerServer() = default;
+  // Builds and starts the services of a leader in `term` (0: not
+  // replicated), or of a follower; binds port_ (any port when 0).
+  absl::Status StartTerm(bool lead, uint64_t term);
+  // Stops the current term's server and controller and returns them
+  // (replicated: once the controller's writes are answered).
+  std::unique_ptr<Term> StopTerm();
+  // Replicated: follows the log's role (the watcher thread).
+  void WatchRole();
+
+  ServerOptions opts_;
+  std::string host_;
+  std::shared_ptr<grpc::ServerCredentials> creds_;
+  NodeCa node_ca_;
   std::unique_ptr<store::DbLock> lock_;
   // Before store_: the store's writer reports commits to it until the
   // store is gone.
@@ -98,15 +140,14 @@ class SchedulerServer {
   std::unique_ptr<auth::TokenStore> tokens_;
   std::unique_ptr<auth::Authenticator> authenticator_;
   std::unique_ptr<StreamLimits> streams_;
-  std::unique_ptr<AuthServiceImpl> auth_;
-  std::unique_ptr<Controller> controller_;
-  std::unique_ptr<JobServiceImpl> jobs_;
-  std::unique_ptr<NodeServiceImpl> nodes_;
-  std::unique_ptr<QueueServiceImpl> queues_;
-  std::unique_ptr<AgentServiceImpl> agents_;
-  std::unique_ptr<RendezvousServiceImpl> rendezvous_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<HttpGateway> gateway_;
+  // Null when not replicated; else store_'s.
+  replica::ReplicatedStore* replicated_ = nullptr;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<Term> term_ ABSL_GUARDED_BY(mu_);
+  std::thread watcher_;
+  std::string metrics_url_;
+  int metrics_port_ = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string address_;
   int port_ = 0;
   bool shut_down_ = false;

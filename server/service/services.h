@@ -126,8 +126,11 @@ class QueueServiceImpl : public v1::QueueService::CallbackService {
 
 class AgentServiceImpl : public v1::AgentService::CallbackService {
  public:
-  AgentServiceImpl(Controller* controller, const auth::Authenticator* auth)
-      : controller_(controller), auth_(auth) {}
+  // `leader_term`: the Raft term this replica leads in (0: a scheduler
+  // that is not replicated), on every RegisterAck, StartRanks and StopJob.
+  AgentServiceImpl(Controller* controller, const auth::Authenticator* auth,
+                   uint64_t leader_term = 0)
+      : controller_(controller), auth_(auth), term_(leader_term) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override;
@@ -135,6 +138,7 @@ class AgentServiceImpl : public v1::AgentService::CallbackService {
  private:
   Controller* const controller_;
   const auth::Authenticator* const auth_;
+  const uint64_t term_;
 };
 
 class RendezvousServiceImpl : public v1::RendezvousService::CallbackService {

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
 #include <signal.h>
 
 #include <cerrno>
@@ -75,6 +77,10 @@ class FakeScheduler final : public v1::AgentService::Service {
       lease = lease_;
     }
     ack.mutable_register_ack()->set_node(message.register_().name());
+    {
+      absl::MutexLock lock(&mu_);
+      ack.mutable_register_ack()->set_leader_term(term_);
+    }
     ack.mutable_register_ack()->set_log_acks(log_acks);
     *ack.mutable_register_ack()->mutable_heartbeat_interval() =
         ToProtoDuration(absl::Milliseconds(50));
@@ -144,6 +150,12 @@ class FakeScheduler final : public v1::AgentService::Service {
     refusal_ = message;
   }
 
+  // RegisterAck.leader_term of later registrations.
+  void set_term(uint64_t term) {
+    absl::MutexLock lock(&mu_);
+    term_ = term;
+  }
+
   // Breaks the current stream, as a scheduler restart would.
   void Break() {
     absl::MutexLock lock(&mu_);
@@ -182,12 +194,33 @@ class FakeScheduler final : public v1::AgentService::Service {
   absl::Duration lease_ ABSL_GUARDED_BY(mu_);
   std::string refusal_ ABSL_GUARDED_BY(mu_);
   int refusals_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t term_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A replica of a replicated scheduler that does not lead: refuses every
+// Connect UNAVAILABLE, naming `leader` (if any) in the xl-leader metadata.
+class FakeFollower final : public v1::AgentService::Service {
+ public:
+  explicit FakeFollower(std::string leader) : leader_(std::move(leader)) {}
+  grpc::Status Connect(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<v1::SchedulerMessage,
+                                                v1::AgentMessage>*) override {
+    calls_.fetch_add(1);
+    context->AddTrailingMetadata("xl-term", "7");
+    if (!leader_.empty()) context->AddTrailingMetadata("xl-leader", leader_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "does not lead");
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  const std::string leader_;
+  std::atomic<int> calls_{0};
 };
 
 // A gRPC server around a FakeScheduler; `port` 0 picks a free port.
 class Server {
  public:
-  explicit Server(FakeScheduler* service, int port = 0) {
+  explicit Server(v1::AgentService::Service* service, int port = 0) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
                              grpc::InsecureServerCredentials(), &port_);
@@ -1232,6 +1265,85 @@ TEST(OutboxTest, DropStatusesKeepsLogsAndPushFrontRequeues) {
   EXPECT_EQ(outbox.log_bytes(), 1u);
   ASSERT_TRUE(outbox.Pop(&m));
   EXPECT_EQ(m.log().data(), "y");
+}
+
+}  // namespace
+}  // namespace xl::agent
+
+namespace xl::agent {
+namespace {
+
+// Fencing: once a leader of term 5 was seen, commands and registrations of
+// an older term (a deposed leader's) are refused; a newer leader is taken.
+TEST(SessionFencingTest, CommandsAndAcksOfAnOlderLeaderTermAreRefused) {
+  FakeScheduler scheduler;
+  scheduler.set_term(5);
+  Server server(&scheduler);
+  FakeController controller;
+  Session session(Options(server.port()));
+  session.Start(&controller);
+  ASSERT_TRUE(WaitRegistrations(session, 1));
+  EXPECT_EQ(session.newest_term(), 5u);
+
+  auto start = [](const std::string& job, uint64_t term) {
+    v1::SchedulerMessage m;
+    m.mutable_start_ranks()->set_job_id(job);
+    m.mutable_start_ranks()->add_argv("/bin/true");
+    m.mutable_start_ranks()->set_leader_term(term);
+    return m;
+  };
+  v1::SchedulerMessage stale_stop;
+  stale_stop.mutable_stop_job()->set_job_id("current");
+  stale_stop.mutable_stop_job()->set_leader_term(4);
+  ASSERT_TRUE(scheduler.Send(start("deposed", 4)));
+  ASSERT_TRUE(scheduler.Send(stale_stop));
+  ASSERT_TRUE(scheduler.Send(start("current", 5)));
+  ASSERT_TRUE(controller.WaitCommands(1, 0));
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(controller.starts().size(), 1u);
+  EXPECT_EQ(controller.starts()[0].job_id(), "current");
+  EXPECT_TRUE(controller.stops().empty());
+  EXPECT_EQ(session.fenced(), 2);
+
+  // A deposed leader's registration is refused too, again and again...
+  scheduler.set_term(3);
+  scheduler.Break();
+  const absl::Time until = absl::Now() + kWait;
+  while (session.fenced() < 4 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GE(session.fenced(), 4);
+  EXPECT_EQ(session.registrations(), 1);
+  // ...and a newer leader's taken.
+  scheduler.set_term(6);
+  ASSERT_TRUE(WaitRegistrations(session, 2));
+  EXPECT_EQ(session.newest_term(), 6u);
+}
+
+// Given a list, the agent goes where a refusing replica says the leader
+// is, not to the next address.
+TEST(SessionFencingTest, FollowsTheLeaderAReplicaNames) {
+  FakeScheduler leader;
+  leader.set_term(7);
+  Server leader_server(&leader);
+  const std::string leader_address =
+      absl::StrCat("127.0.0.1:", leader_server.port());
+  FakeFollower named(leader_address);
+  Server named_server(&named);
+  FakeFollower skipped("");
+  Server skipped_server(&skipped);
+  SessionOptions options = Options(named_server.port());
+  options.scheduler =
+      absl::StrCat("127.0.0.1:", named_server.port(), ",127.0.0.1:",
+                   skipped_server.port(), ",", leader_address);
+  FakeController controller;
+  Session session(options);
+  session.Start(&controller);
+  ASSERT_TRUE(WaitRegistrations(session, 1));
+  EXPECT_EQ(session.scheduler(), leader_address);
+  EXPECT_EQ(named.calls(), 1);
+  EXPECT_EQ(skipped.calls(), 0);
+  session.Shutdown();
 }
 
 }  // namespace

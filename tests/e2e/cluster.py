@@ -271,3 +271,62 @@ class DevCluster:
         self.log.close()
         if self.own_dir:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ReplicatedCluster(Cluster):
+    """Cluster with a scheduler of three replicas on Raft (each its own
+    database and log under tmp), agents and xlctl given all three addresses.
+    Replica keys: "replica-1".."replica-3"."""
+
+    def __init__(self, replicas=3, election_timeout="500ms", **kw):
+        self.replicas = replicas
+        self.election_timeout = election_timeout
+        self.api = {i: f"127.0.0.1:{free_port()}" for i in range(1, replicas + 1)}
+        self.raft = {i: f"127.0.0.1:{free_port()}" for i in range(1, replicas + 1)}
+        super().__init__(**kw)
+
+    def start_scheduler(self):
+        for i in range(1, self.replicas + 1):
+            self.start_replica(i)
+        self.address = ",".join(self.api[i] for i in sorted(self.api))
+        wait_until("a leader", self.leader, 20)
+
+    def start_replica(self, i):
+        peers = ",".join(f"{j}={self.raft[j]}/{self.api[j]}" for j in sorted(self.raft))
+        self._spawn(f"replica-{i}", [
+            SCHEDULER, "--replica-id", str(i), "--peers", peers, "--listen", self.api[i],
+            "--db", os.path.join(self.tmp, f"replica-{i}.db"),
+            "--election-timeout", self.election_timeout,
+            "--heartbeat-interval", "0.2", "--heartbeat-timeout", str(self.heartbeat_timeout),
+            "--master-port-base", str(10000 + (os.getpid() % 22) * 1000),
+            *self.scheduler_args,
+        ])
+
+    def servers(self):
+        r = self.xlctl("servers", "-o", "json", check=False, timeout=20)
+        try:
+            return json.loads(r.stdout or "{}").get("replicas", [])
+        except ValueError:
+            return []
+
+    def nodes(self):
+        # Across a failover a call may fail for a moment: no nodes then.
+        r = self.xlctl("nodes", "-o", "json", check=False, timeout=30)
+        try:
+            return json.loads(r.stdout or "{}").get("nodes", []) if r.returncode == 0 else []
+        except ValueError:
+            return []
+
+    def leader(self):
+        """The id of the replica that leads now, or None."""
+        for s in self.servers():
+            if s.get("leader") and not s.get("unreachable"):
+                return int(s["id"])
+        return None

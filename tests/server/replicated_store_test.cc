@@ -126,8 +126,23 @@ TEST_F(ReplicatedStoreTest, EveryReplicaHoldsTheSameBytesAndAppliesOnce) {
   const uint64_t leader = Leader();
   ASSERT_NE(leader, 0u);
   for (int job = 1; job <= 20; ++job) {
-    ASSERT_TRUE(Write(leader, Submit(job)).ok()) << job;
+    auto batch = Submit(job);
+    ASSERT_TRUE(Write(leader, batch).ok()) << job;
+    // The leader applies its own batch: what the write gives back (the
+    // chunk's seq) reaches the writer, as with a local store.
+    const auto& append = std::get<store::change::AppendLog>(batch->changes[2]);
+    EXPECT_GT(append.chunk->seq(), 0) << job;
   }
+  // A barrier is an entry too, applied on the leader before it answers.
+  const uint64_t before = Applied(leader);
+  absl::Notification barrier;
+  stores_[leader]->Barrier([&](absl::Status st) {
+    EXPECT_TRUE(st.ok()) << st;
+    barrier.Notify();
+  });
+  ASSERT_TRUE(barrier.WaitForNotificationWithTimeout(absl::Seconds(15)));
+  EXPECT_EQ(Applied(leader), before + 1);
+  EXPECT_TRUE(stores_[leader]->WaitAnswered(absl::Seconds(1)));
   // Refused on its own (job 1's idempotency key again): refused alike on
   // every replica, and nothing of it (job, event, output) written anywhere.
   absl::Status again = Write(leader, Submit(50, "key-1"));
