@@ -53,13 +53,19 @@ std::string FindLeader(const std::vector<std::string>& servers,
       });
     }
     for (std::thread& t : asks) t.join();
+    // A deposed leader may not know yet: the newest term wins.
+    int best = -1;
     for (size_t i = 0; i < servers.size(); ++i) {
       // A scheduler from before replication leads itself.
-      if (results[i].error_code() == grpc::StatusCode::UNIMPLEMENTED ||
-          (results[i].ok() && answers[i].leader())) {
+      if (results[i].error_code() == grpc::StatusCode::UNIMPLEMENTED) {
         return servers[i];
       }
+      if (results[i].ok() && answers[i].leader() &&
+          (best < 0 || answers[i].term() > answers[best].term())) {
+        best = static_cast<int>(i);
+      }
     }
+    if (best >= 0) return servers[best];
     if (absl::Now() >= until) return servers[0];
     absl::SleepFor(absl::Milliseconds(200));
   }

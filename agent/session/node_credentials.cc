@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -59,9 +60,17 @@ absl::Status Join(const NodeTlsOptions& o, const std::string& ca_pem,
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(30));
     st = stub->JoinNode(&ctx, req, &resp);
-    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      break;
+    }
+    // Only to an address of the list: the token goes nowhere else.
     next = LeaderHint(ctx);
-    if (next == address) next.clear();
+    if (next == address ||
+        std::find(addresses.begin(), addresses.end(), next) ==
+            addresses.end()) {
+      next.clear();
+    }
   }
   if (!st.ok()) {
     return Annotate(FromGrpcStatus(st),

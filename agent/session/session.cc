@@ -139,6 +139,10 @@ Session::Session(SessionOptions options)
     stubs_.push_back(
         v1::AgentService::NewStub(MakeChannel(options_, address)));
   }
+  // A fleet does not all knock on the first replica.
+  if (options_.random_start) {
+    current_ = std::random_device{}() % addresses_.size();
+  }
 }
 
 std::string Session::scheduler() const {
@@ -165,7 +169,9 @@ bool Session::Fenced(uint64_t term, absl::string_view what) {
   LogLine(absl::StrCat("refused ", what, " from the scheduler at ",
                        addresses_[current_], ": it is of leader term ", term,
                        ", older than term ", newest_term_,
-                       " already seen (a deposed leader)"));
+                       " already seen (a deposed leader; if the scheduler's "
+                       "replicas were rebuilt as a new cluster, restart this "
+                       "agent)"));
   return true;
 }
 
@@ -303,28 +309,32 @@ void Session::Run() {
     // scheduler do not come back in lockstep.
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     absl::Duration wait = backoff * jitter(rng);
-    // A live replica answered (it does not lead): the scheduler is there,
-    // between leaders. Back off from the start again, so that the agent
-    // is not asleep when the new leader is ready.
-    if (replica_refused_) backoff = options_.initial_backoff;
-    // A replica named the leader: go there next, without backing off.
+    if (registered) redirects_ = 0;
+    // A replica named the leader: go there next, without backing off
+    // (unless replicas keep sending the agent around: stale views).
     const auto named = std::find(addresses_.begin(), addresses_.end(),
                                  redirect_);
     if (!redirect_.empty() && named != addresses_.end() &&
-        static_cast<size_t>(named - addresses_.begin()) != current_) {
+        static_cast<size_t>(named - addresses_.begin()) != current_ &&
+        redirects_ < addresses_.size()) {
       LogLine(absl::StrCat("the scheduler at ", addresses_[current_],
                            " does not lead; the leader is ", redirect_));
       current_ = named - addresses_.begin();
+      ++redirects_;
       continue;
     }
-    if (!redirect_.empty() && named != addresses_.end()) {
-      // Elected, loading its state: again soon, there.
-      wait = options_.initial_backoff * jitter(rng);
-    } else if (replica_refused_) {
-      // A live replica that knows no leader: an election is under way.
-      // The next replica, soon (not backing off: it takes about a second).
-      current_ = (current_ + 1) % addresses_.size();
-      wait = options_.initial_backoff * jitter(rng);
+    redirects_ = 0;
+    if (replica_refused_) {
+      // A live replica that does not lead: between leaders (an election
+      // takes about a second), or one elected and still loading its state
+      // (it named itself: again there). Backing off up to a second only,
+      // so that the agent is soon with the new leader; jittered, so that a
+      // fleet does not come in lockstep.
+      if (redirect_.empty() || named == addresses_.end()) {
+        current_ = (current_ + 1) % addresses_.size();
+      }
+      wait = std::min(backoff, absl::Seconds(1)) * jitter(rng);
+      backoff = std::min({backoff * 2, options_.max_backoff, absl::Seconds(1)});
     } else {
       if (!registered) {
         LogFailedAttempt(status, wait);
@@ -332,7 +342,6 @@ void Session::Run() {
       }
       // Another replica may lead now (or soon): try the next address.
       current_ = (current_ + 1) % addresses_.size();
-      if (registered && addresses_.size() > 1) wait = absl::ZeroDuration();
     }
     auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return shutdown_ || closing_;

@@ -48,6 +48,9 @@ struct SessionOptions {
   // a replicated scheduler's replicas: the session connects to the one that
   // leads (common/leader.h), and follows it when another takes over.
   std::string scheduler;
+  // Given a list, start at a random address of it (a fleet does not all
+  // knock on the first replica); false: at the first.
+  bool random_start = true;
   // Register.instance_id; empty: drawn at random. The agent keeps its own
   // in its state directory, so that a restarted agent that adopted its
   // predecessor's ranks is the same agent to the scheduler.
@@ -167,6 +170,8 @@ class Session : public RankEventSink {
   // A replica that does not lead refused the last connection (it answered
   // with the xl-term metadata); session thread only.
   bool replica_refused_ = false;
+  // Redirects followed in a row without registering; session thread only.
+  size_t redirects_ = 0;
   uint64_t newest_term_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t fenced_ ABSL_GUARDED_BY(mu_) = 0;
   RankController* controller_ = nullptr;

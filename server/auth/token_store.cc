@@ -56,6 +56,39 @@ absl::StatusOr<std::unique_ptr<TokenStore>> TokenStore::Open(
   return tokens;
 }
 
+void TokenStore::ReplicateWith(WriteRow write) {
+  absl::MutexLock lock(&mu_);
+  write_ = std::move(write);
+}
+
+absl::Status TokenStore::Reload() {
+  absl::MutexLock lock(&mu_);
+  tokens_.clear();
+  return Load();
+}
+
+store::StoredAuthToken TokenStore::Row(const Entry& e) {
+  store::StoredAuthToken row;
+  row.id = e.info.id;
+  row.kind = e.info.kind;
+  row.user = e.info.user;
+  row.admin = e.info.admin;
+  row.hash = e.hash;
+  row.created = ToUnix(e.info.created);
+  row.expires = ToUnix(e.info.expires);
+  row.revoked = ToUnix(e.info.revoked);
+  row.used_by = e.info.used_by;
+  row.groups = absl::StrJoin(e.info.groups, ",");
+  return row;
+}
+
+absl::StatusOr<std::vector<store::StoredAuthToken>> TokenStore::Rows() {
+  absl::MutexLock lock(&mu_);
+  std::vector<store::StoredAuthToken> rows;
+  for (const auto& [id, e] : tokens_) rows.push_back(Row(e));
+  return rows;
+}
+
 absl::Status TokenStore::Load() {
   ASSIGN_OR_RETURN(auto st, db_->Prepare(absl::StrCat(
                                 "SELECT ", kColumns, " FROM tokens")));
@@ -124,6 +157,12 @@ absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
   const std::string secret = crypto::HexEncode(secret_bytes);
   const std::string token = absl::StrCat("xl_", info.id, "_", secret);
   absl::MutexLock lock(&mu_);
+  Entry entry{info, crypto::Sha256Hex(secret)};
+  if (write_) {
+    RETURN_IF_ERROR(write_(Row(entry)));
+    tokens_[info.id] = std::move(entry);
+    return std::make_pair(info, token);
+  }
   ASSIGN_OR_RETURN(auto st, db_->Prepare(absl::StrCat(
                                 "INSERT INTO tokens (", kColumns,
                                 ") VALUES (?, ?, ?, ?, ?, ?, ?, 0, '', ?)")));
@@ -151,6 +190,13 @@ absl::StatusOr<TokenInfo> TokenStore::Revoke(const std::string& id,
   TokenInfo& info = it->second.info;
   if (info.revoked != absl::InfinitePast()) return info;
   const int64_t when = std::max<int64_t>(ToUnix(now), 1);
+  if (write_) {
+    Entry revoked = it->second;
+    revoked.info.revoked = absl::FromUnixSeconds(when);
+    RETURN_IF_ERROR(write_(Row(revoked)));
+    info.revoked = revoked.info.revoked;
+    return info;
+  }
   ASSIGN_OR_RETURN(auto st,
                    db_->Prepare("UPDATE tokens SET revoked = ? WHERE id = ?"));
   st->BindInt(1, when);
@@ -248,6 +294,15 @@ absl::StatusOr<TokenInfo> TokenStore::UseJoin(
     }
   }
   if (before_spend) RETURN_IF_ERROR(before_spend(info, name));
+  if (write_) {
+    // Under mu_, as Verify was: two joins on one token, one wins.
+    Entry spent = tokens_[info.id];
+    spent.info.revoked = absl::FromUnixSeconds(std::max<int64_t>(ToUnix(now), 1));
+    spent.info.used_by = name;
+    RETURN_IF_ERROR(write_(Row(spent)));
+    tokens_[info.id] = spent;
+    return spent.info;
+  }
   // Spent only if still unspent: two joins racing on one token, one wins.
   ASSIGN_OR_RETURN(auto st, db_->Prepare("UPDATE tokens SET revoked = ?, "
                                          "used_by = ? WHERE id = ? AND "

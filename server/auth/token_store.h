@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/store/sqlite.h"
+#include "server/store/store.h"
 
 namespace xl::auth {
 
@@ -48,6 +49,19 @@ class TokenStore {
   // Opens the database at `db_path` (created and migrated if needed).
   static absl::StatusOr<std::unique_ptr<TokenStore>> Open(
       const std::string& db_path);
+
+  // A replicated scheduler: every change of a token row is written by
+  // `write` (through the replicated log, which applies it to this database
+  // too) instead of here; it returns once the row is committed.
+  using WriteRow = std::function<absl::Status(const store::StoredAuthToken&)>;
+  void ReplicateWith(WriteRow write);
+  // Reads every token again from the database (a new leader: the rows the
+  // log applied while it followed).
+  absl::Status Reload();
+  // Every row, for a new leader to write through the log again: a token
+  // made on this replica's database while it was stopped reaches the
+  // others.
+  absl::StatusOr<std::vector<store::StoredAuthToken>> Rows();
 
   // Creates a token; returns its record and the token, which is not kept.
   // `ttl` InfiniteDuration: never expires. INVALID_ARGUMENT for a bad user
@@ -88,6 +102,8 @@ class TokenStore {
   };
   explicit TokenStore(std::unique_ptr<store::Db> db) : db_(std::move(db)) {}
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stored row of `e`.
+  static store::StoredAuthToken Row(const Entry& e);
   absl::StatusOr<TokenInfo> Verify(const std::string& token,
                                    const std::string& kind, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -96,6 +112,7 @@ class TokenStore {
   std::unique_ptr<store::Db> db_ ABSL_GUARDED_BY(mu_);
   // id -> token, as committed.
   std::map<std::string, Entry> tokens_ ABSL_GUARDED_BY(mu_);
+  WriteRow write_ ABSL_GUARDED_BY(mu_);
 };
 
 // Checks a user or node name: 1 to 64 of [A-Za-z0-9._@-].

@@ -427,10 +427,17 @@ void Controller::Apply(Effects effects) {
         if (!st.ok()) {
           EnterDegraded(st);
           if (answer) {
+            // A replicated scheduler's leader deposed mid-write: the next
+            // leader may still apply it.
+            const bool maybe =
+                st.GetPayload("type.xl.dev/replica.may-commit").has_value();
             answer(absl::UnavailableError(absl::StrCat(
                 "the scheduler could not record the change (", st.message(),
-                "); nothing was changed; retry once the scheduler takes "
-                "writes again")));
+                maybe ? "); it may still be recorded by the next leader; "
+                        "retry (a submit with the same idempotency key "
+                        "gives the same job)"
+                      : "); nothing was changed; retry once the scheduler "
+                        "takes writes again")));
           }
           return;
         }

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -355,11 +356,13 @@ void RaftLog::Impl::OnWake() {
             }
             a->done(outcome);
           } else {
-            a->done(absl::UnavailableError(absl::StrCat(
+            absl::Status lost = absl::UnavailableError(absl::StrCat(
                 "the leader lost its leadership before the entry committed (",
                 raft_strerror(status),
                 "); it may still commit: retry with the same idempotency "
-                "key")));
+                "key"));
+            lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
+            a->done(std::move(lost));
           }
           delete a;
           // Not MaybeClose() here: this may run inside raft's own calls

@@ -31,6 +31,10 @@
 
 namespace xl::replica {
 
+// The payload of an UNAVAILABLE answer whose entry may still commit (the
+// leader lost its leadership with the entry in flight).
+inline constexpr char kMayCommitPayload[] = "type.xl.dev/replica.may-commit";
+
 class RaftLog {
  public:
   struct Options {

@@ -42,11 +42,26 @@ ReplicatedStore::~ReplicatedStore() {
 void ReplicatedStore::WriteChanges(
     std::shared_ptr<const store::ChangeBatch> batch, DoneFn done) {
   absl::StatusOr<std::string> entry = store::EncodeChanges(batch->changes);
-  if (!entry.ok()) {
-    log_->Answer(entry.status(), std::move(done));
-    return;
+  // What the followers could not decode (a string that is not UTF-8) is
+  // refused here, before the log: never applied here and skipped there.
+  if (entry.ok()) {
+    if (absl::Status back = store::DecodeChanges(*entry).status();
+        !back.ok()) {
+      entry = absl::InvalidArgumentError(absl::StrCat(
+          "the change cannot be replicated: ", back.message()));
+    }
   }
   absl::MutexLock lock(&mu_);
+  if (!entry.ok()) {
+    ++unanswered_;
+    log_->Answer(entry.status(), [this, done = std::move(done)](
+                                     absl::Status st) {
+      done(std::move(st));
+      absl::MutexLock lock(&mu_);
+      --unanswered_;
+    });
+    return;
+  }
   ++unanswered_;
   own_.push_back(Own{*entry, std::move(batch)});
   auto it = std::prev(own_.end());

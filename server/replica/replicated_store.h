@@ -54,7 +54,9 @@ class ReplicatedStore : public store::Store {
   // changes (WriteChanges).
   absl::StatusOr<store::StoredState> Load() override { return local_->Load(); }
   void Write(WriteFn fn, DoneFn done) override;
-  void Probe(DoneFn done) override { local_->Probe(std::move(done)); }
+  // A barrier through the log: answered once every write made before it is
+  // settled (so that a Reload after it sees them).
+  void Probe(DoneFn done) override { Barrier(std::move(done)); }
   absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(int64_t job_id,
                                                      int64_t after_seq,
                                                      int rank,

@@ -146,6 +146,10 @@ class FollowerService : public grpc::CallbackGenericService {
     if (st.leader_id != 0) {
       auto it = opts_.api.find(st.leader_id);
       if (it != opts_.api.end()) leader = it->second;
+      // --peers gives two replicas one API address: naming it would send
+      // callers round in a loop.
+      auto own = opts_.api.find(opts_.id);
+      if (own != opts_.api.end() && own->second == leader) leader.clear();
     }
     ctx->AddTrailingMetadata(kTermMetadataKey, absl::StrCat(st.term));
     std::string msg = absl::StrCat("scheduler replica ", opts_.id,
@@ -174,6 +178,29 @@ class FollowerService : public grpc::CallbackGenericService {
   replica::ReplicatedStore* const store_;
   const ReplicaOptions opts_;
 };
+
+// Writes `changes` through the replicated log and waits (at most `timeout`)
+// for the answer.
+absl::Status WriteAndWait(store::Store* store, store::Changes changes,
+                          absl::Duration timeout) {
+  struct Answer {
+    absl::Notification done;
+    absl::Status status;
+  };
+  auto answer = std::make_shared<Answer>();
+  auto batch = std::make_shared<store::ChangeBatch>();
+  batch->changes = std::move(changes);
+  store->WriteChanges(std::move(batch), [answer](absl::Status st) {
+    answer->status = std::move(st);
+    answer->done.Notify();
+  });
+  if (!answer->done.WaitForNotificationWithTimeout(timeout)) {
+    return absl::UnavailableError(absl::StrCat(
+        "the replicated log did not commit the write within ",
+        absl::FormatDuration(timeout), "; retry (it may still commit)"));
+  }
+  return answer->status;
+}
 
 }  // namespace
 
@@ -289,6 +316,14 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   auto tokens = auth::TokenStore::Open(opts.db);
   if (!tokens.ok()) return Annotate(tokens.status(), "--db (tokens)");
   s->tokens_ = std::move(*tokens);
+  if (s->replicated_ != nullptr) {
+    // Tokens go through the log, as jobs do: every replica knows them.
+    s->tokens_->ReplicateWith(
+        [store = s->store_.get()](const store::StoredAuthToken& row) {
+          return WriteAndWait(store, {store::change::PutAuthToken{row}},
+                              absl::Seconds(30));
+        });
+  }
   RETURN_IF_ERROR(SetUpSecurity(opts, s->host_, &s->creds_, s->tokens_.get(),
                                 &s->authenticator_, &s->node_ca_));
   s->streams_ = std::make_unique<StreamLimits>(opts.max_streams,
@@ -329,6 +364,22 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
     t->follower = std::make_unique<FollowerService>(replicated_, opts.replica);
     builder.RegisterCallbackGenericService(t->follower.get());
   } else {
+    if (replicated_ != nullptr) {
+      // The tokens the log applied while this replica followed; and what
+      // this replica's database holds that others may not (a token made on
+      // it while it was stopped) written through the log.
+      RETURN_IF_ERROR(tokens_->Reload());
+      ASSIGN_OR_RETURN(std::vector<store::StoredAuthToken> rows,
+                       tokens_->Rows());
+      if (!rows.empty()) {
+        store::Changes puts;
+        for (auto& row : rows) {
+          puts.push_back(store::change::PutAuthToken{std::move(row)});
+        }
+        RETURN_IF_ERROR(
+            WriteAndWait(store_.get(), std::move(puts), absl::Seconds(30)));
+      }
+    }
     // The controller needs the final address for XL_SCHEDULER, known only
     // after binding; build the services first, start the loop after.
     control::ControllerOptions copts = opts.controller;
@@ -366,10 +417,10 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
       GatewayOptions gw;
       gw.listen = opts.metrics_listen;
       // The port bound first, again on every later term.
-      if (metrics_port_ != 0) {
+      if (const int port = metrics_port(); port != 0) {
         gw.listen = absl::StrCat(
             opts.metrics_listen.substr(0, opts.metrics_listen.rfind(':')),
-            ":", metrics_port_);
+            ":", port);
       }
       gw.auth_enabled = authenticator_->enabled();
       gw.version = opts.version;
@@ -382,6 +433,7 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
       auto gateway = HttpGateway::Start(gw, c, telemetry_.get());
       if (!gateway.ok()) return gateway.status();
       t->gateway = std::move(*gateway);
+      absl::MutexLock lock(&mu_);
       metrics_url_ = t->gateway->url();
       metrics_port_ = t->gateway->port();
     }
@@ -394,7 +446,7 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
         "--listen: cannot listen on ", host_, ":", port_,
         "; is another xl-scheduler running there? pick another port"));
   }
-  port_ = bound;
+  if (port_ == 0) port_ = bound;  // later terms bind where the first did
   // Readiness for load balancers and callers with a list: the API is
   // served here only by the leader.
   if (grpc::HealthCheckServiceInterface* health =
@@ -411,7 +463,8 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
   return absl::OkStatus();
 }
 
-std::unique_ptr<SchedulerServer::Term> SchedulerServer::StopTerm() {
+std::unique_ptr<SchedulerServer::Term> SchedulerServer::StopTerm(
+    bool shutting_down) {
   std::unique_ptr<Term> t;
   {
     absl::MutexLock lock(&mu_);
@@ -426,7 +479,10 @@ std::unique_ptr<SchedulerServer::Term> SchedulerServer::StopTerm() {
     t->controller->Stop();
     // The controller's writes in flight answer into it: wait for them (a
     // deposed leader's are answered UNAVAILABLE by the log at once).
-    if (replicated_ != nullptr && !replicated_->WaitAnswered(absl::Seconds(30))) {
+    // Shutting down, the log's close answers what is left (the store is
+    // reset before the controller goes).
+    if (replicated_ != nullptr && !shutting_down &&
+        !replicated_->WaitAnswered(absl::Seconds(30))) {
       fprintf(stderr,
               "xl-scheduler: writes of the ended term still unanswered after "
               "30 s; stopping (a restart follows the log again)\n");
@@ -478,16 +534,26 @@ void SchedulerServer::WatchRole() {
     // Leading: once every entry of earlier terms is applied here (a
     // barrier of this term), load the model from the database and act.
     const absl::Time elected = absl::Now();
-    absl::Notification applied;
-    absl::Status barrier;
-    replicated_->Barrier([&](absl::Status status) {
-      barrier = status;
-      applied.Notify();
+    struct Answer {
+      absl::Notification applied;
+      absl::Status status;
+    };
+    auto answer = std::make_shared<Answer>();
+    replicated_->Barrier([answer](absl::Status status) {
+      answer->status = std::move(status);
+      answer->applied.Notify();
     });
-    if (!applied.WaitForNotificationWithTimeout(absl::Seconds(30))) {
-      fprintf(stderr, "xl-scheduler: the leader's barrier took over 30 s\n");
-      std::abort();
+    absl::Notification& applied = answer->applied;
+    const absl::Status& barrier = answer->status;
+    // No quorum: the barrier never commits; the log answers it
+    // UNAVAILABLE once this replica steps down. Shutdown does not wait.
+    bool stop = false;
+    while (!stop && !applied.WaitForNotificationWithTimeout(
+                        absl::Milliseconds(100))) {
+      absl::MutexLock lock(&mu_);
+      stop = stopping_;
     }
+    if (stop) return;
     const replica::RaftLog::State now = replicated_->log_state();
     if (!barrier.ok() || !now.leader || now.term != st.term) continue;
     const absl::Time caught_up = absl::Now();
@@ -518,6 +584,16 @@ uint64_t SchedulerServer::term() const {
   return term_ != nullptr ? term_->number : 0;
 }
 
+std::string SchedulerServer::metrics_url() const {
+  absl::MutexLock lock(&mu_);
+  return metrics_url_;
+}
+
+int SchedulerServer::metrics_port() const {
+  absl::MutexLock lock(&mu_);
+  return metrics_port_;
+}
+
 std::string SchedulerServer::ScrapeMetrics() {
   absl::MutexLock lock(&mu_);
   return term_ != nullptr && term_->gateway != nullptr
@@ -533,7 +609,7 @@ void SchedulerServer::Shutdown() {
     stopping_ = true;
   }
   if (watcher_.joinable()) watcher_.join();
-  std::unique_ptr<Term> last = StopTerm();
+  std::unique_ptr<Term> last = StopTerm(/*shutting_down=*/true);
   store_.reset();  // commits what is queued; callbacks reach the controller
 }
 

@@ -99,8 +99,8 @@ class SchedulerServer {
   // Non-empty when running with --insecure.
   // The side port's URL ("https://127.0.0.1:9400"), or "" without one.
   // Replicated, the side port is served while this replica leads.
-  std::string metrics_url() const { return metrics_url_; }
-  int metrics_port() const { return metrics_port_; }
+  std::string metrics_url() const;
+  int metrics_port() const;
   // For tests and benchmarks: what /metrics would answer now.
   std::string ScrapeMetrics();
   const std::string& security_warning() const {
@@ -124,7 +124,7 @@ class SchedulerServer {
   absl::Status StartTerm(bool lead, uint64_t term);
   // Stops the current term's server and controller and returns them
   // (replicated: once the controller's writes are answered).
-  std::unique_ptr<Term> StopTerm();
+  std::unique_ptr<Term> StopTerm(bool shutting_down = false);
   // Replicated: follows the log's role (the watcher thread).
   void WatchRole();
 
@@ -145,8 +145,8 @@ class SchedulerServer {
   mutable absl::Mutex mu_;
   std::unique_ptr<Term> term_ ABSL_GUARDED_BY(mu_);
   std::thread watcher_;
-  std::string metrics_url_;
-  int metrics_port_ = 0;
+  std::string metrics_url_ ABSL_GUARDED_BY(mu_);
+  int metrics_port_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string address_;
   int port_ = 0;

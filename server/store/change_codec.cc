@@ -16,7 +16,7 @@ namespace {
 namespace pb = ::xl::replica::v1;
 
 // A new kind of change that is not encoded here does not compile.
-static_assert(std::variant_size_v<Change> == 16,
+static_assert(std::variant_size_v<Change> == 17,
               "a new kind of change: encode and decode it here, and give "
               "it a field of its own in log.proto");
 
@@ -87,6 +87,19 @@ struct Encoder {
     u->set_user(c.usage.user);
     u->set_gpu_seconds(c.usage.gpu_seconds);
     u->set_as_of_us(absl::ToUnixMicros(c.usage.as_of));
+  }
+  void operator()(const change::PutAuthToken& c) {
+    pb::StoredAuthToken* t = out->mutable_put_auth_token();
+    t->set_id(c.token.id);
+    t->set_kind(c.token.kind);
+    t->set_user(c.token.user);
+    t->set_admin(c.token.admin);
+    t->set_hash(c.token.hash);
+    t->set_created(c.token.created);
+    t->set_expires(c.token.expires);
+    t->set_revoked(c.token.revoked);
+    t->set_used_by(c.token.used_by);
+    t->set_groups(c.token.groups);
   }
 };
 
@@ -164,6 +177,21 @@ absl::StatusOr<Change> Decode(pb::Change* c, int i) {
       usage.gpu_seconds = u->gpu_seconds();
       usage.as_of = FromMicros(u->as_of_us());
       return change::PutUsage{std::move(usage)};
+    }
+    case pb::Change::kPutAuthToken: {
+      pb::StoredAuthToken* t = c->mutable_put_auth_token();
+      StoredAuthToken token;
+      token.id = std::move(*t->mutable_id());
+      token.kind = std::move(*t->mutable_kind());
+      token.user = std::move(*t->mutable_user());
+      token.admin = t->admin();
+      token.hash = std::move(*t->mutable_hash());
+      token.created = t->created();
+      token.expires = t->expires();
+      token.revoked = t->revoked();
+      token.used_by = std::move(*t->mutable_used_by());
+      token.groups = std::move(*t->mutable_groups());
+      return change::PutAuthToken{std::move(token)};
     }
     case pb::Change::CHANGE_NOT_SET:
       break;

@@ -56,6 +56,9 @@ struct Writer {
   absl::Status operator()(const change::PutUsage& c) {
     return tx.PutUsage(c.usage);
   }
+  absl::Status operator()(const change::PutAuthToken& c) {
+    return tx.PutAuthToken(c.token);
+  }
 };
 
 }  // namespace

@@ -88,6 +88,9 @@ struct AddQueueChange {
 struct PutUsage {
   StoredUsage usage;
 };
+struct PutAuthToken {
+  StoredAuthToken token;
+};
 
 }  // namespace change
 
@@ -97,7 +100,8 @@ using Change =
                  change::PutHold, change::DeleteHold, change::AppendLog,
                  change::AppendMetrics, change::TrimOutput, change::DeleteLogs,
                  change::DeleteJob, change::PutQueue, change::DeleteQueue,
-                 change::AddQueueChange, change::PutUsage>;
+                 change::AddQueueChange, change::PutUsage,
+                 change::PutAuthToken>;
 using Changes = std::vector<Change>;
 
 // What Store::WriteChanges takes: one transaction's changes.

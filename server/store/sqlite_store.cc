@@ -52,6 +52,7 @@ class SqliteTx : public Tx {
   absl::Status DeleteQueue(const std::string& name) override;
   absl::Status AddQueueChange(const v1::QueueChange& change) override;
   absl::Status PutUsage(const StoredUsage& usage) override;
+  absl::Status PutAuthToken(const StoredAuthToken& token) override;
   absl::Status SetAppliedIndex(uint64_t index) override;
   absl::Status Probe() override;
 
@@ -153,6 +154,11 @@ absl::Status SqliteStore::PrepareStatements() {
   ASSIGN_OR_RETURN(put_usage_,
                    db_->Prepare("INSERT OR REPLACE INTO usage (queue, user, "
                                 "gpu_seconds, as_of_us) VALUES (?,?,?,?)"));
+  ASSIGN_OR_RETURN(put_auth_token_,
+                   db_->Prepare("INSERT OR REPLACE INTO tokens (id, kind, "
+                                "user, admin, hash, created, expires, "
+                                "revoked, used_by, groups) VALUES "
+                                "(?,?,?,?,?,?,?,?,?,?)"));
   ASSIGN_OR_RETURN(delete_usage_,
                    db_->Prepare("DELETE FROM usage WHERE queue = ? AND "
                                 "user = ?"));
@@ -214,7 +220,7 @@ SqliteStore::~SqliteStore() {
   for (auto* s : {&put_job_, &note_job_id_, &put_rank_exit_,
                   &delete_rank_exits_, &put_token_, &add_event_, &put_node_,
                   &append_log_, &put_hold_, &delete_hold_, &append_metrics_,
-                  &put_queue_, &delete_queue_, &add_queue_change_, &put_usage_,
+                  &put_queue_, &delete_queue_, &add_queue_change_, &put_usage_, &put_auth_token_,
                   &delete_usage_, &set_applied_,
                   &probe_, &delete_logs_, &delete_job_, &delete_events_,
                   &delete_metrics_, &delete_job_holds_, &savepoint_, &release_,
@@ -307,6 +313,21 @@ absl::Status SqliteTx::PutUsage(const StoredUsage& u) {
   s->BindText(2, u.user);
   s->BindDouble(3, u.gpu_seconds);
   s->BindInt(4, absl::ToUnixMicros(u.as_of));
+  return s->Run();
+}
+
+absl::Status SqliteTx::PutAuthToken(const StoredAuthToken& t) {
+  Statement* s = store_->put_auth_token_.get();
+  s->BindText(1, t.id);
+  s->BindText(2, t.kind);
+  s->BindText(3, t.user);
+  s->BindInt(4, t.admin ? 1 : 0);
+  s->BindText(5, t.hash);
+  s->BindInt(6, t.created);
+  s->BindInt(7, t.expires);
+  s->BindInt(8, t.revoked);
+  s->BindText(9, t.used_by);
+  s->BindText(10, t.groups);
   return s->Run();
 }
 

@@ -89,7 +89,7 @@ class SqliteStore : public Store {
   std::unique_ptr<Statement> put_job_, note_job_id_, put_rank_exit_,
       delete_rank_exits_, put_token_, add_event_, put_node_,
       append_log_, put_hold_, delete_hold_, append_metrics_, probe_,
-      put_queue_, delete_queue_, add_queue_change_, put_usage_, delete_usage_,
+      put_queue_, delete_queue_, add_queue_change_, put_usage_, put_auth_token_, delete_usage_,
       set_applied_;
   std::unique_ptr<Statement> delete_logs_, delete_job_, delete_events_,
       delete_metrics_, delete_job_holds_;

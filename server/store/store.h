@@ -54,6 +54,21 @@ struct StoredUsage {
   absl::Time as_of;
 };
 
+// A row of the tokens table (server/auth/token_store.h) as stored: times in
+// Unix seconds, 0 for none; groups comma-separated.
+struct StoredAuthToken {
+  std::string id;
+  std::string kind;
+  std::string user;
+  bool admin = false;
+  std::string hash;
+  int64_t created = 0;
+  int64_t expires = 0;
+  int64_t revoked = 0;
+  std::string used_by;
+  std::string groups;
+};
+
 struct StoredState {
   std::vector<v1::Job> jobs;          // in id order
   std::vector<v1::JobEvent> events;   // in (job, seq) order
@@ -126,6 +141,9 @@ class Tx {
   virtual absl::Status AddQueueChange(const v1::QueueChange& change) = 0;
   // Inserts or replaces a usage row; gpu_seconds 0 deletes it.
   virtual absl::Status PutUsage(const StoredUsage& usage) = 0;
+  // Inserts or replaces a user or join token's row (replicated schedulers
+  // write tokens through the log; a single one writes them itself).
+  virtual absl::Status PutAuthToken(const StoredAuthToken& token) = 0;
   // A replica: the replicated log's entry `index` is applied (with the
   // transaction's other writes). Not a change of the scheduler's state.
   virtual absl::Status SetAppliedIndex(uint64_t index) = 0;

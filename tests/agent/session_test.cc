@@ -1336,6 +1336,7 @@ TEST(SessionFencingTest, FollowsTheLeaderAReplicaNames) {
   options.scheduler =
       absl::StrCat("127.0.0.1:", named_server.port(), ",127.0.0.1:",
                    skipped_server.port(), ",", leader_address);
+  options.random_start = false;
   FakeController controller;
   Session session(options);
   session.Start(&controller);

@@ -142,6 +142,9 @@ std::vector<Changes> EveryKind() {
       change::PutUsage{{"research", "alice", 1234.5,
                         absl::FromUnixMicros(1'700'000'000'000'001)}});
   first.push_back(change::PutUsage{{"research", "", 99, absl::InfinitePast()}});
+  first.push_back(change::PutAuthToken{{"0123456789abcdef", "user", "alice",
+                                        true, std::string(64, 'f'),
+                                        1'700'000'000, 0, 0, "", "a,b"}});
 
   Changes second;
   second.push_back(change::TrimOutput{1, 1500, nullptr});
@@ -232,6 +235,7 @@ TEST(ChangeCodecTest, EveryKindDecodedWritesWhatTheChangeWrites) {
   // Byte for byte, every row of every table.
   const std::string dump = xl::testing::DumpDatabase(dir.File("a.db"));
   EXPECT_NE(dump.find("bad DIMM"), std::string::npos);  // the test covers rows
+  EXPECT_NE(dump.find("0123456789abcdef"), std::string::npos);  // a token
   EXPECT_EQ(dump, xl::testing::DumpDatabase(dir.File("b.db")));
   // The same changes give the same bytes.
   EXPECT_EQ(Bytes(original[0]), Bytes(decoded[0]));
