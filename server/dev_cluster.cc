@@ -1,17 +1,22 @@
 #include "server/dev_cluster.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/identity.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -42,6 +47,7 @@ absl::StatusOr<DevCluster> DevCluster::Create(bool keep) {
 DevCluster::~DevCluster() {
   if (dir_.empty()) return;
   StopAgents(10);
+  StopReplicas(10);
   if (!keep_) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
@@ -170,6 +176,137 @@ void DevCluster::StopAgents(int grace_s) {
     }
   }
   agents_.clear();
+}
+
+namespace {
+
+// A port free on `host` now (the replica binds it a moment later).
+absl::StatusOr<int> FreePort(const std::string& host) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError(strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(),
+            &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot find a free port on ", host, ": ", strerror(err)));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+absl::Status DevCluster::Spawn(Replica* r) {
+  std::vector<char*> argv;
+  for (auto& a : r->argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int rc = posix_spawn(&r->pid, argv[0], nullptr, nullptr, argv.data(),
+                             environ);
+  if (rc != 0) {
+    r->pid = -1;
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot start ", argv[0], ": ", strerror(rc)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DevCluster::StartReplicas(
+    const std::string& scheduler, int count, const std::string& host,
+    int first_port, const std::vector<std::string>& extra) {
+  std::vector<std::string> api, raft;
+  for (int i = 0; i < count; ++i) {
+    int port = first_port != 0 ? first_port + i : 0;
+    if (port == 0) {
+      ASSIGN_OR_RETURN(port, FreePort(host));
+    }
+    api.push_back(absl::StrCat(host, ":", port));
+    ASSIGN_OR_RETURN(int raft_port, FreePort(host));
+    raft.push_back(absl::StrCat(host, ":", raft_port));
+  }
+  std::vector<std::string> peers;
+  for (int i = 0; i < count; ++i) {
+    peers.push_back(absl::StrCat(i + 1, "=", raft[i], "/", api[i]));
+  }
+  for (int i = 0; i < count; ++i) {
+    // Every replica starts from the same database: the admin token is in
+    // all of them.
+    const std::string db = absl::StrCat(dir_, "/replica-", i + 1, ".db");
+    std::error_code ec;
+    std::filesystem::copy_file(db_path(), db,
+                               std::filesystem::copy_options::overwrite_existing,
+                               ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("copying ", db_path(), " to ",
+                                              db, ": ", ec.message()));
+    }
+    Replica r;
+    r.argv = {scheduler, "--replica-id", absl::StrCat(i + 1), "--peers",
+              absl::StrJoin(peers, ","), "--listen", api[i], "--db", db};
+    if (tls_) {
+      for (const std::string& a :
+           {std::string("--tls-cert"), server_cert(),
+            std::string("--tls-key"), server_key(), std::string("--tls-ca"),
+            ca_cert(), std::string("--ca-cert"), ca_cert(),
+            std::string("--ca-key"), ca_key()}) {
+        r.argv.push_back(a);
+      }
+    }
+    r.argv.insert(r.argv.end(), extra.begin(), extra.end());
+    RETURN_IF_ERROR(Spawn(&r));
+    replicas_.push_back(std::move(r));
+  }
+  return absl::StrJoin(api, ",");
+}
+
+void DevCluster::SuperviseReplicas() {
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = replicas_[i];
+    if (r.pid > 0) {
+      int status = 0;
+      if (waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+      fprintf(stderr,
+              "xl-scheduler: replica %zu (pid %d) ended (%s %d); starting it "
+              "again in a second: it rejoins as a follower\n",
+              i + 1, r.pid, WIFSIGNALED(status) ? "signal" : "exit status",
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+      r.pid = -1;
+      r.ended = absl::Now();
+      continue;
+    }
+    if (absl::Now() - r.ended < absl::Seconds(1)) continue;
+    if (absl::Status st = Spawn(&r); !st.ok()) {
+      fprintf(stderr, "xl-scheduler: %s\n", std::string(st.message()).c_str());
+      r.ended = absl::Now();
+    }
+  }
+}
+
+void DevCluster::StopReplicas(int grace_s) {
+  for (const Replica& r : replicas_) {
+    if (r.pid > 0) kill(r.pid, SIGTERM);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(grace_s);
+  for (Replica& r : replicas_) {
+    while (r.pid > 0) {
+      const pid_t got = waitpid(r.pid, nullptr, WNOHANG);
+      if (got == r.pid || (got < 0 && errno == ECHILD)) break;
+      if (absl::Now() > deadline) {
+        kill(r.pid, SIGKILL);
+        waitpid(r.pid, nullptr, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    r.pid = -1;
+  }
+  replicas_.clear();
 }
 
 absl::StatusOr<std::string> FindAgentBinary() {

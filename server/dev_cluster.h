@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace xl::server {
 
@@ -50,12 +51,35 @@ class DevCluster {
   // SIGTERM to every agent, SIGKILL to those still there after `grace_s`.
   void StopAgents(int grace_s);
 
+  // `xl-scheduler --dev --replicas N`: starts N replicas of `scheduler`
+  // (this binary) on `host`, each with a copy of db_path() (so that the
+  // admin token is in every one), this cluster's certificates, and `extra`
+  // flags; API ports from `first_port` up (0: free ones), Raft ports free
+  // ones. Returns every replica's API address, comma-separated (what
+  // XL_SERVER and the agents take).
+  absl::StatusOr<std::string> StartReplicas(const std::string& scheduler,
+                                            int count, const std::string& host,
+                                            int first_port,
+                                            const std::vector<std::string>& extra);
+  // Starts again (after a second) a replica whose process ended: one
+  // killed to try failover rejoins as a follower. Call it now and then.
+  void SuperviseReplicas();
+  // SIGTERM to every replica, SIGKILL after `grace_s`.
+  void StopReplicas(int grace_s);
+
  private:
   DevCluster() = default;
   std::string dir_;
   bool keep_ = false;
   bool tls_ = false;
   std::vector<pid_t> agents_;
+  struct Replica {
+    std::vector<std::string> argv;
+    pid_t pid = -1;
+    absl::Time ended = absl::InfinitePast();
+  };
+  std::vector<Replica> replicas_;
+  absl::Status Spawn(Replica* r);
 };
 
 // Finds xl-agent: next to this binary, in ../agent (the build tree), or in

@@ -231,29 +231,29 @@ void WritePortFiles(const Flags& f,
   }
 }
 
-// With --dev: the shell lines that point xlctl at the cluster, in its
-// directory and in --dev-env.
+// With --dev: the shell lines that point xlctl at the cluster (`address`:
+// one, or every replica's), in its directory and in --dev-env.
 absl::Status WriteDevEnv(const Flags& f, xl::server::DevCluster* cluster,
-                         const xl::service::SchedulerServer& server,
+                         const std::string& address,
                          const std::string& token) {
   const std::string env_file = cluster->dir() + "/xlctl.env";
   for (const std::string& file : {env_file, f.dev_env}) {
     if (file.empty()) continue;
-    absl::Status st = cluster->WriteClientEnv(file, server.address(), token);
+    absl::Status st = cluster->WriteClientEnv(file, address, token);
     if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }
 
-// With --dev: starts the agents.
+// With --dev: starts the agents, connecting to `address`.
 absl::Status StartDevAgents(Flags* f, xl::server::DevCluster* cluster,
-                            const xl::service::SchedulerServer& server) {
+                            const std::string& address) {
   if (f->agent_binary.empty()) {
     auto found = xl::server::FindAgentBinary();
     if (!found.ok()) return found.status();
     f->agent_binary = *found;
   }
-  absl::Status st = cluster->StartAgents(f->agent_binary, server.address(),
+  absl::Status st = cluster->StartAgents(f->agent_binary, address,
                                          f->agents, f->inventories);
   if (!st.ok()) return st;
   printf(
@@ -263,6 +263,82 @@ absl::Status StartDevAgents(Flags* f, xl::server::DevCluster* cluster,
       cluster->dir().c_str());
   fflush(stdout);
   return absl::OkStatus();
+}
+
+// The flags of a --dev --replicas run that each replica takes too: all but
+// those of the dev cluster itself, the addresses and files each replica
+// gets of its own, and --config (give the flags on the command line).
+std::vector<std::string> ReplicaFlags(int argc, char** argv) {
+  static const char* const kValued[] = {
+      "--replicas", "--agents", "--agent-inventory", "--agent-binary",
+      "--listen", "--port-file", "--metrics-port-file", "--dev-env",
+      "--metrics-listen", "--config", "--db"};
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::string name = arg.substr(0, arg.find('='));
+    if (name == "--dev" || name == "--keep-dev-dir") continue;
+    bool valued = false;
+    for (const char* v : kValued) valued = valued || name == v;
+    if (valued) {
+      if (arg.find('=') == std::string::npos) ++i;  // its value too
+      continue;
+    }
+    out.push_back(arg);
+  }
+  return out;
+}
+
+// `--dev --replicas N`: N scheduler replicas (child processes, started
+// again when one ends), the agents, until SIGINT or SIGTERM.
+int RunDevReplicas(Flags* f, xl::server::DevCluster* cluster,
+                   const std::string& token, const sigset_t& signals,
+                   int argc, char** argv) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return Fail("--replicas: cannot find this binary's path");
+  self[n] = '\0';
+  const std::string& listen = f->opts.listen;
+  const size_t colon = listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
+    return Fail(absl::StrCat("--listen: '", listen,
+                             "' is not HOST:PORT, e.g. 127.0.0.1:7070"));
+  }
+  auto list = cluster->StartReplicas(self, f->replicas,
+                                     listen.substr(0, colon), port,
+                                     ReplicaFlags(argc, argv));
+  if (!list.ok()) return Fail(std::string(list.status().message()));
+  printf("xl-scheduler: dev cluster of %d replicas at %s (TLS, tokens and "
+         "node certificates); kill the leader (xlctl servers names it) to "
+         "see another take over\n",
+         f->replicas, list->c_str());
+  fflush(stdout);
+  if (absl::Status st = WriteDevEnv(*f, cluster, *list, token); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  if (!f->port_file.empty()) {
+    std::ofstream out(f->port_file + ".tmp");
+    // The first replica's API port.
+    const std::string first = list->substr(0, list->find(','));
+    out << first.substr(first.rfind(':') + 1) << "\n";
+    out.close();
+    rename((f->port_file + ".tmp").c_str(), f->port_file.c_str());
+  }
+  if (absl::Status st = StartDevAgents(f, cluster, *list); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  const timespec tick{0, 200 * 1000 * 1000};
+  int sig = -1;
+  while (sig < 0) {
+    sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig < 0) cluster->SuperviseReplicas();
+  }
+  fprintf(stderr, "xl-scheduler: stopping (signal %d)\n", sig);
+  cluster->StopAgents(10);
+  cluster->StopReplicas(10);
+  return 0;
 }
 
 }  // namespace
@@ -300,17 +376,21 @@ int main(int argc, char** argv) {
   std::optional<xl::server::DevCluster> cluster;
   absl::StatusOr<std::string> dev_token = PrepareDev(&f, &cluster);
   if (!dev_token.ok()) return Fail(std::string(dev_token.status().message()));
+  if (f.dev && f.replicas > 1) {
+    return RunDevReplicas(&f, &*cluster, *dev_token, signals, argc, argv);
+  }
   auto server = StartPrivate(f.opts);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   Announce(f.opts, **server);
   if (f.dev) {
-    absl::Status st = WriteDevEnv(f, &*cluster, **server, *dev_token);
+    absl::Status st =
+        WriteDevEnv(f, &*cluster, (*server)->address(), *dev_token);
     if (!st.ok()) return Fail(std::string(st.message()));
   }
   // Written once the dev cluster's xlctl.env is there: callers wait on it.
   WritePortFiles(f, **server);
   if (f.dev) {
-    absl::Status st = StartDevAgents(&f, &*cluster, **server);
+    absl::Status st = StartDevAgents(&f, &*cluster, (*server)->address());
     if (!st.ok()) return Fail(std::string(st.message()));
   }
   int sig = 0;

@@ -463,6 +463,13 @@ absl::Status ResolveReplicaFlags(Flags* f) {
   }
   r.election_timeout = election;
   r.heartbeat = std::max(absl::Milliseconds(20), election / 10);
+  if (f->replicas != 1 && (!f->dev || f->replicas < 1 || f->replicas > 7 ||
+                           f->replicas % 2 == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replicas ", f->replicas,
+        ": give 3 or 5 (an odd number up to 7), with --dev; on many "
+        "machines start each replica with --replica-id and --peers"));
+  }
   if (r.id == 0) {
     if (!f->peers.empty() || !r.raft_dir.empty()) {
       return absl::InvalidArgumentError(

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <unistd.h>
 
 #include "absl/strings/match.h"
@@ -458,8 +459,15 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
     if (t->gateway != nullptr) t->gateway->Attach(t->server.get());
     t->controller->Start();
   }
-  absl::MutexLock lock(&mu_);
-  term_ = std::move(t);
+  std::unique_ptr<Term> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::exchange(term_, std::move(t));
+  }
+  // A term still serving (a follower's, bound to the same port with
+  // SO_REUSEPORT, which gRPC sets): stopped once the new one serves, so
+  // that the port never refuses a connection in between.
+  StopTerm(std::move(old), false);
   return absl::OkStatus();
 }
 
@@ -470,6 +478,11 @@ std::unique_ptr<SchedulerServer::Term> SchedulerServer::StopTerm(
     absl::MutexLock lock(&mu_);
     t = std::move(term_);
   }
+  return StopTerm(std::move(t), shutting_down);
+}
+
+std::unique_ptr<SchedulerServer::Term> SchedulerServer::StopTerm(
+    std::unique_ptr<Term> t, bool shutting_down) {
   if (t == nullptr) return t;
   if (t->gateway != nullptr) t->gateway->Stop();
   t->server->Shutdown(std::chrono::system_clock::now() +
@@ -557,7 +570,8 @@ void SchedulerServer::WatchRole() {
     const replica::RaftLog::State now = replicated_->log_state();
     if (!barrier.ok() || !now.leader || now.term != st.term) continue;
     const absl::Time caught_up = absl::Now();
-    StopTerm();
+    // The follower's server answers ("elected, loading") until the
+    // leader's listens beside it.
     absl::Status started = StartTerm(true, st.term);
     if (!started.ok()) {
       fprintf(stderr, "xl-scheduler: cannot take the lead: %s\n",

@@ -120,11 +120,13 @@ class SchedulerServer {
 
   SchedulerServer() = default;
   // Builds and starts the services of a leader in `term` (0: not
-  // replicated), or of a follower; binds port_ (any port when 0).
+  // replicated), or of a follower; binds port_ (any port when 0); then
+  // stops the term that served before, if any.
   absl::Status StartTerm(bool lead, uint64_t term);
   // Stops the current term's server and controller and returns them
   // (replicated: once the controller's writes are answered).
   std::unique_ptr<Term> StopTerm(bool shutting_down = false);
+  std::unique_ptr<Term> StopTerm(std::unique_ptr<Term> t, bool shutting_down);
   // Replicated: follows the log's role (the watcher thread).
   void WatchRole();
 

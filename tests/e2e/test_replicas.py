@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import ReplicatedCluster, rank_processes, wait_until  # noqa: E402
+from cluster import DevCluster, ReplicatedCluster, rank_processes, wait_until  # noqa: E402
 from test_durability import load_stubs  # noqa: E402
 
 
@@ -202,6 +202,50 @@ class Replicas(unittest.TestCase):
         self.assertEqual(len(c.nodes()), 1)
         # The agent registered with the leader, and refuses nothing.
         self.assertIn(f"registered with the scheduler at {c.api[leader]}", c.log_of("node-a"))
+
+
+class DevReplicas(unittest.TestCase):
+    def test_dev_cluster_of_three_fails_over_with_its_tokens_and_jobs(self):
+        # What a newcomer tries: `xl-scheduler --dev --replicas 3` (TLS,
+        # tokens, node certificates), kill the leader, carry on.
+        import json
+        c = DevCluster(agents=2, args=["--replicas", "3", "--election-timeout", "500ms"])
+        self.addCleanup(c.close)
+        c.wait_ready(2)
+
+        def servers():
+            r = c.xlctl("servers", "-o", "json", timeout=30)
+            return json.loads(r.stdout or "{}").get("replicas", []) if r.returncode == 0 else []
+        wait_until("three replicas, one leader", lambda: len(servers()) == 3 and sum(
+            bool(s.get("leader")) for s in servers()) == 1, 20)
+        made = c.xlctl("token", "create", "--user", "bob")
+        self.assertEqual(made.returncode, 0, made.stderr)
+        bob = made.stdout.strip()
+        job = os.path.join(c.tmp, "job.yaml")
+        with open(job, "w") as f:
+            f.write("name: long\ncommand: [/bin/sleep, '600']\nresources: {nodes: 2, gpus_per_node: 0}\n")
+        sub = c.xlctl("submit", job)
+        self.assertEqual(sub.returncode, 0, sub.stderr)
+        job_id = sub.stdout.strip()
+        wait_until("the job running", lambda: '"RUNNING"' in c.xlctl("get", job_id, "-o", "json").stdout, 30)
+        leader = next(s for s in servers() if s.get("leader"))
+        os.kill(int(leader["pid"]), signal.SIGKILL)
+        # Another replica leads; bob's token, made on the old leader, works
+        # on it; the job runs on; the killed replica is started again and
+        # rejoins as a follower.
+        wait_until("another leader", lambda: any(
+            s.get("leader") and s["id"] != leader["id"] for s in servers()), 20)
+        env = dict(c.env, XL_TOKEN=bob)
+        import subprocess
+        from cluster import XLCTL
+        who = subprocess.run([XLCTL, "whoami"], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(who.returncode, 0, who.stderr)
+        self.assertIn("bob", who.stdout)
+        self.assertIn('"RUNNING"', c.xlctl("get", job_id, "-o", "json").stdout)
+        wait_until("the killed replica back as a follower", lambda: any(
+            s["id"] == leader["id"] and not s.get("leader") and not s.get("unreachable")
+            and s.get("pid") != leader["pid"] for s in servers()), 30)
+        self.assertIn("starting it again", c.read_log())
 
 
 if __name__ == "__main__":
