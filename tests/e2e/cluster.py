@@ -285,11 +285,11 @@ class ReplicatedCluster(Cluster):
     database and log under tmp), agents and xlctl given all three addresses.
     Replica keys: "replica-1".."replica-3"."""
 
-    def __init__(self, replicas=3, election_timeout="500ms", **kw):
+    def __init__(self, replicas=3, election_timeout="500ms", api=None, raft=None, **kw):
         self.replicas = replicas
         self.election_timeout = election_timeout
-        self.api = {i: f"127.0.0.1:{free_port()}" for i in range(1, replicas + 1)}
-        self.raft = {i: f"127.0.0.1:{free_port()}" for i in range(1, replicas + 1)}
+        self.api = api or {i: f"127.0.0.1:{free_port()}" for i in range(1, replicas + 1)}
+        self.raft = raft or {i: f"127.0.0.1:{free_port()}" for i in range(1, replicas + 1)}
         super().__init__(**kw)
 
     def start_scheduler(self):

@@ -3,7 +3,10 @@ each agent in its own, joined by a veth pair; a partition takes a link down.
 A node cut off past the heartbeat timeout has its job requeued elsewhere,
 and the old attempt's rank is gone (its agent's lease ran out) before the new
 attempt's starts; when most of the fleet is cut off at once, the brake holds
-and nothing is requeued. Needs root and `ip netns`; skipped without them."""
+and nothing is requeued. A replicated scheduler's leader cut off from the
+other replicas acknowledges nothing, the others elect a leader, and healed it
+follows with nothing of its own. Needs root and `ip netns`; skipped without
+them."""
 
 import os
 import shutil
@@ -13,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, rank_processes, wait_until  # noqa: E402
+from cluster import Cluster, ReplicatedCluster, rank_processes, wait_until  # noqa: E402
 
 
 def ip(*args, check=True):
@@ -164,3 +167,127 @@ class Partition(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
+
+
+class ReplicaNetnsCluster(ReplicatedCluster):
+    """Three scheduler replicas, each in its own namespace with two links:
+    its API on a bridge in namespace H (where the agents and xlctl run,
+    10.78.0.i) and its Raft port on a bridge in namespace R (10.79.0.i). A
+    cut takes a replica's Raft link down: cut off from the other replicas,
+    still reachable by clients."""
+
+    def __init__(self, agents=2, **kw):
+        tag = os.getpid() % 100000
+        self.hub, self.raft_ns = f"xlh{tag}", f"xlr{tag}"
+        self.spaces = [self.hub, self.raft_ns]
+        self.raft_links = {}
+        self.netns = {"scheduler": self.hub}
+        self.listen_host = "0.0.0.0"
+        self.agent_routes = {}
+        for ns in self.spaces:
+            ip("netns", "add", ns)
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "link", "add", "br0", "type", "bridge")
+            ip("-n", ns, "link", "set", "br0", "up")
+        # Clients (agents, xlctl) in H reach the replicas' API over br0.
+        ip("-n", self.hub, "addr", "add", "10.78.0.254/24", "dev", "br0")
+        try:
+            for i in (1, 2, 3):
+                ns = f"xlq{tag}{i}"
+                ip("netns", "add", ns)
+                self.spaces.append(ns)
+                ip("-n", ns, "link", "set", "lo", "up")
+                self.netns[f"replica-{i}"] = ns
+                for net, (hub, subnet) in enumerate(((self.hub, 78), (self.raft_ns, 79))):
+                    inner, outer = f"xq{tag}{i}{net}", f"xo{tag}{i}{net}"
+                    ip("link", "add", inner, "type", "veth", "peer", "name", outer)
+                    ip("link", "set", inner, "netns", ns)
+                    ip("link", "set", outer, "netns", hub)
+                    ip("-n", ns, "addr", "add", f"10.{subnet}.0.{i}/24", "dev", inner)
+                    ip("-n", ns, "link", "set", inner, "up")
+                    ip("-n", hub, "link", "set", outer, "master", "br0")
+                    ip("-n", hub, "link", "set", outer, "up")
+                    if hub == self.raft_ns:
+                        self.raft_links[i] = outer
+            for i in range(agents):
+                self.netns[f"node-{chr(ord('a') + i)}"] = self.hub
+            super().__init__(agents=agents, gpus=0,
+                             api={i: f"10.78.0.{i}:7000" for i in (1, 2, 3)},
+                             raft={i: f"10.79.0.{i}:7100" for i in (1, 2, 3)},
+                             # Not loopback: plaintext on a network only this test reaches.
+                             scheduler_args=["--insecure", "--lease", "10"], **kw)
+        except BaseException:
+            self.close()
+            raise
+
+    def cut(self, i):
+        ip("-n", self.raft_ns, "link", "set", self.raft_links[i], "down")
+
+    def heal(self, i):
+        ip("-n", self.raft_ns, "link", "set", self.raft_links[i], "up")
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            for ns in self.spaces:
+                ip("netns", "del", ns, check=False)
+
+
+@unittest.skipUnless(can_make_namespaces(), "needs root and ip netns")
+class ReplicaPartition(unittest.TestCase):
+    def test_a_cut_off_leader_stops_and_rejoins_with_nothing_of_its_own(self):
+        c = ReplicaNetnsCluster(agents=2)
+        self.addCleanup(c.close)
+        job_id = c.submit_file(JOB.format(name="before"))
+        c.wait_state(job_id, "RUNNING")
+        ranks = wait_until("the rank", lambda: rank_pids(job_id, 1), 10)
+        old = c.leader()
+        cut = time.monotonic()
+        c.cut(old)
+        # Cut off from the others, the old leader stops acting: its
+        # submits are refused (it no longer leads), never acknowledged.
+        lost = os.path.join(c.tmp, "lost.yaml")
+        with open(lost, "w") as f:
+            f.write(JOB.format(name="lost"))
+        refused_at, acked = None, 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            r = c.xlctl("--server", c.api[old], "--timeout", "2s", "submit", lost, check=False)
+            if r.returncode != 0:
+                refused_at = time.monotonic() - cut
+                break
+            acked += 1
+            time.sleep(0.05)
+        self.assertIsNotNone(refused_at, "the cut-off leader kept acknowledging")
+        self.assertEqual(acked, 0, "the cut-off leader acknowledged a submit it could not commit")
+        # The other two elect a leader and go on scheduling.
+        new = wait_until("a new leader", lambda: (lambda l: l if l and l != old else None)(c.leader()), 20)
+        elected_at = time.monotonic() - cut
+        after = c.submit_file(JOB.format(name="after"), name="after.yaml")
+        c.wait_state(after, "RUNNING", "PENDING")
+        print(f"\nreplica partition: the cut-off leader acknowledged nothing; its first submit "
+              f"failed {refused_at:.2f}s after the cut "
+              f"(election timeout 0.5s); replica {new} led {elected_at:.2f}s after it", file=sys.stderr)
+        self.assertLess(refused_at, 3.0)
+        # Healed: the old leader follows, holds what the others hold, and
+        # nothing the cut-off side was asked for exists anywhere.
+        c.heal(old)
+
+        def caught_up():
+            s = {int(x["id"]): x for x in c.servers()}
+            return (old in s and not s[old].get("leader") and new in s and s[new].get("leader")
+                    and int(s[old].get("applied_index", 0)) >= int(s[new].get("commit_index", 0)))
+        wait_until("the old leader caught up as a follower", caught_up, 30)
+        names = sorted(j.get("spec", {}).get("name", "") for j in c.json("list", "--all-pages").get("jobs", []))
+        self.assertEqual(names.count("lost"), 0, names)
+        self.assertIn("after", names)
+        self.assertEqual(rank_pids(job_id, 1), ranks)
+        import sqlite3
+        for i in (1, 2, 3):
+            db = sqlite3.connect(f"file:{c.tmp}/replica-{i}.db?mode=ro", uri=True, timeout=5)
+            try:
+                rows = [r[0] for r in db.execute("SELECT id FROM jobs ORDER BY id")]
+            finally:
+                db.close()
+            self.assertEqual(len(rows), len(names), f"replica {i}")
