@@ -50,6 +50,31 @@ SchedulerTelemetry::SchedulerTelemetry()
                       .Register(r);
   submitted_ = &submits.Add({{"result", "accepted"}});
   rejected_ = &submits.Add({{"result", "rejected"}});
+  leader_ = &prometheus::BuildGauge()
+                 .Name("xl_scheduler_leader")
+                 .Help("1 while this scheduler leads (a single scheduler "
+                       "always), 0 while it follows")
+                 .Register(r)
+                 .Add({});
+  leader_->Set(1);
+  term_ = &prometheus::BuildGauge()
+               .Name("xl_raft_term")
+               .Help("The newest Raft term this replica knows (0: not "
+                     "replicated)")
+               .Register(r)
+               .Add({});
+  commit_index_ = &prometheus::BuildGauge()
+                       .Name("xl_raft_commit_index")
+                       .Help("The newest log entry this replica knows "
+                             "committed on a majority")
+                       .Register(r)
+                       .Add({});
+  applied_index_ = &prometheus::BuildGauge()
+                        .Name("xl_raft_applied_index")
+                        .Help("The newest log entry applied to this "
+                              "replica's database")
+                        .Register(r)
+                        .Add({});
   finished_ = &prometheus::BuildCounter()
                    .Name("xl_jobs_finished_total")
                    .Help("Jobs that reached a final state since the "
@@ -78,6 +103,15 @@ void SchedulerTelemetry::ObserveCommit(size_t writes, absl::Duration commit) {
 void SchedulerTelemetry::ObserveTransition(v1::JobState state) {
   if (!state::JobTable::IsTerminal(state)) return;
   finished_->Add({{"state", v1::JobState_Name(state)}}).Increment();
+}
+
+void SchedulerTelemetry::SetReplica(bool leader, uint64_t term,
+                                    uint64_t commit_index,
+                                    uint64_t applied_index) {
+  leader_->Set(leader ? 1 : 0);
+  term_->Set(static_cast<double>(term));
+  commit_index_->Set(static_cast<double>(commit_index));
+  applied_index_->Set(static_cast<double>(applied_index));
 }
 
 }  // namespace xl::control

@@ -13,6 +13,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
@@ -36,6 +37,10 @@ class SchedulerTelemetry {
   void ObserveCommit(size_t writes, absl::Duration commit);
   // A job moved to `state` (only terminal states are counted).
   void ObserveTransition(v1::JobState state);
+  // A replicated scheduler: this replica's role, its Raft term and its
+  // log's commit and apply indexes (a single scheduler: leader, term 0).
+  void SetReplica(bool leader, uint64_t term, uint64_t commit_index,
+                  uint64_t applied_index);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -47,6 +52,10 @@ class SchedulerTelemetry {
   prometheus::Counter* submitted_;
   prometheus::Counter* rejected_;
   prometheus::Family<prometheus::Counter>* finished_;
+  prometheus::Gauge* leader_;
+  prometheus::Gauge* term_;
+  prometheus::Gauge* commit_index_;
+  prometheus::Gauge* applied_index_;
 };
 
 }  // namespace xl::control

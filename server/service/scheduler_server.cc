@@ -528,6 +528,7 @@ void SchedulerServer::WatchRole() {
         number = term_->number;
       }
     }
+    telemetry_->SetReplica(lead, st.term, st.commit_index, st.applied_index);
     if (lead && (!st.leader || st.term != number)) {
       fprintf(stderr,
               "xl-scheduler: replica %llu no longer leads (term %llu, now "
@@ -585,6 +586,10 @@ void SchedulerServer::WatchRole() {
             static_cast<unsigned long long>(st.term),
             static_cast<long long>(absl::ToInt64Milliseconds(caught_up - elected)),
             static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - caught_up)));
+    if (const std::string url = metrics_url(); !url.empty()) {
+      fprintf(stderr, "xl-scheduler: metrics on %s/metrics, dashboard on %s/\n",
+              url.c_str(), url.c_str());
+    }
   }
 }
 

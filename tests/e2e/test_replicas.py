@@ -189,7 +189,7 @@ class Replicas(unittest.TestCase):
             self.assertIn(want, r.stderr, args)
 
     def test_a_follower_names_the_leader_and_xlctl_follows_it(self):
-        c = ReplicatedCluster(agents=1, gpus=0)
+        c = ReplicatedCluster(agents=1, gpus=0, scheduler_args=["--metrics-listen", "127.0.0.1:0"])
         self.addCleanup(c.close)
         servers = c.servers()
         self.assertEqual(sorted(s.get("leader", False) for s in servers), [False, False, True], servers)
@@ -202,6 +202,16 @@ class Replicas(unittest.TestCase):
         self.assertEqual(len(c.nodes()), 1)
         # The agent registered with the leader, and refuses nothing.
         self.assertIn(f"registered with the scheduler at {c.api[leader]}", c.log_of("node-a"))
+        # The leader's /metrics says its role, term and log indexes.
+        import re
+        import urllib.request
+        url = wait_until("the leader's metrics URL", lambda: re.search(
+            r"metrics on (http://\S+)/metrics", c.log_of(f"replica-{leader}")), 10).group(1)
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+        self.assertIn("xl_scheduler_leader 1", text)
+        term = int(re.search(r"^xl_raft_term (\d+)", text, re.M).group(1))
+        self.assertEqual(term, int(next(s for s in servers if s.get("leader"))["term"]))
+        self.assertGreater(float(re.search(r"^xl_raft_applied_index (\S+)", text, re.M).group(1)), 0)
 
 
 class DevReplicas(unittest.TestCase):
