@@ -261,6 +261,13 @@ void AddReplicaOptions(CLI::App* app, Flags* f) {
                   "with --replica-id: a follower that hears nothing from the "
                   "leader this long starts an election (default 1s; "
                   "failover takes about twice this)");
+  app->add_option("--snapshot-every", f->opts.replica.snapshot_every,
+                  "with --replica-id: snapshot the database into the Raft "
+                  "log's directory every this many log entries (default "
+                  "16384), dropping the entries before it but the last "
+                  "quarter (at most 4096); "
+                  "a replica further behind is sent the leader's snapshot")
+      ->check(CLI::Range(64u, 1u << 30));
   app->add_option("--replicas", f->replicas,
                   "with --dev: run this many scheduler replicas (1 or 3) on "
                   "this machine; try failover by killing the leader");
@@ -463,6 +470,7 @@ absl::Status ResolveReplicaFlags(Flags* f) {
   }
   r.election_timeout = election;
   r.heartbeat = std::max(absl::Milliseconds(20), election / 10);
+  r.snapshot_trailing = std::min(4096u, std::max(16u, r.snapshot_every / 4));
   if (f->replicas != 1 && (!f->dev || f->replicas < 1 || f->replicas > 7 ||
                            f->replicas % 2 == 0)) {
     return absl::InvalidArgumentError(absl::StrCat(

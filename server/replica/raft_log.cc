@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,8 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <type_traits>
@@ -158,6 +161,8 @@ struct RaftLog::Impl {
   struct raft_fsm fsm {};
   struct raft raft {};
   bool raft_ready = false;  // raft_init succeeded: raft_close closes it
+  // The snapshot raft is writing (between fsm.snapshot and its finalize).
+  std::unique_ptr<std::string> snapshot_image;
 
   mutable absl::Mutex mu;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
@@ -245,8 +250,62 @@ absl::Status RaftLog::Impl::Open() {
         absl::StrCat("raft log in ", options.dir, ": ", why));
   }
   raft_uv_set_connect_retry_delay(&io, 100);
-  fsm.version = 1;
+  fsm.version = 2;  // snapshot_finalize: the snapshot's memory is ours
   fsm.data = this;
+  fsm.snapshot = [](struct raft_fsm* f, struct raft_buffer* bufs[],
+                    unsigned* n_bufs) -> int {
+    Impl* impl = static_cast<Impl*>(f->data);
+    if (!impl->options.snapshot || impl->snapshot_image != nullptr) {
+      return RAFT_BUSY;
+    }
+    absl::StatusOr<std::string> image = impl->options.snapshot();
+    if (!image.ok()) {
+      // Tried again after the next snapshot_every entries; the log keeps
+      // growing until one is taken.
+      fprintf(stderr, "xl-scheduler: cannot take a snapshot: %s\n",
+              image.status().ToString().c_str());
+      return RAFT_IOERR;
+    }
+    impl->snapshot_image = std::make_unique<std::string>(*std::move(image));
+    auto* buf =
+        static_cast<struct raft_buffer*>(raft_malloc(sizeof(raft_buffer)));
+    if (buf == nullptr) {
+      impl->snapshot_image.reset();
+      return RAFT_NOMEM;
+    }
+    buf->base = impl->snapshot_image->data();
+    buf->len = impl->snapshot_image->size();
+    *bufs = buf;
+    *n_bufs = 1;
+    return 0;
+  };
+  fsm.snapshot_finalize = [](struct raft_fsm* f, struct raft_buffer* bufs[],
+                             unsigned* n_bufs) -> int {
+    Impl* impl = static_cast<Impl*>(f->data);
+    raft_free(*bufs);
+    *bufs = nullptr;
+    *n_bufs = 0;
+    impl->snapshot_image.reset();
+    return 0;
+  };
+  fsm.restore = [](struct raft_fsm* f, struct raft_buffer* buf) -> int {
+    Impl* impl = static_cast<Impl*>(f->data);
+    absl::Status st =
+        impl->options.restore
+            ? impl->options.restore(absl::string_view(
+                  static_cast<const char*>(buf->base), buf->len))
+            : absl::FailedPreconditionError("this replica takes no snapshots");
+    if (!st.ok()) {
+      fprintf(stderr,
+              "xl-scheduler: cannot restore a snapshot of the replicated log "
+              "here (%s); stopping: fix this replica's database and start it "
+              "again\n",
+              st.ToString().c_str());
+      std::abort();
+    }
+    raft_free(buf->base);  // ours once restored
+    return 0;
+  };
   fsm.apply = [](struct raft_fsm* f, const struct raft_buffer* buf,
                  void** result) -> int {
     Impl* impl = static_cast<Impl*>(f->data);
@@ -298,7 +357,12 @@ absl::Status RaftLog::Impl::Open() {
   }
   raft_set_election_timeout(&raft, Millis(options.election_timeout));
   raft_set_heartbeat_timeout(&raft, Millis(options.heartbeat));
-  raft_set_snapshot_threshold(&raft, UINT_MAX);  // no snapshots yet
+  if (options.snapshot) {
+    raft_set_snapshot_threshold(&raft, std::max(1u, options.snapshot_every));
+    raft_set_snapshot_trailing(&raft, options.snapshot_trailing);
+  } else {
+    raft_set_snapshot_threshold(&raft, UINT_MAX);
+  }
   rv = raft_start(&raft);
   if (rv != 0) {
     return absl::InternalError(

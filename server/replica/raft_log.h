@@ -11,8 +11,11 @@
 // is answered UNAVAILABLE and may still commit (the caller's change must be
 // safe to make again: idempotency keys, puts rather than increments).
 //
-// Not yet: snapshots (the log grows until they come: see the issue's
-// note), membership changes, TLS between replicas.
+// Snapshots: every `snapshot_every` entries, raft takes the whole state
+// (`snapshot`) and drops the log before it but the last `snapshot_trailing`
+// entries; a replica too far behind for those gets a snapshot (`restore`).
+//
+// Not yet: membership changes, TLS between replicas.
 //
 // Thread-safe.
 #ifndef XL_SERVER_REPLICA_RAFT_LOG_H_
@@ -57,6 +60,14 @@ class RaftLog {
     std::function<absl::Status(uint64_t index, absl::string_view entry,
                                absl::Status* outcome)>
         apply;
+    // The whole applied state, on the loop thread (empty: no snapshots, the
+    // log grows without end); and its restore, on the loop thread, with a
+    // state `snapshot` made (of this replica, at start, or the leader's).
+    // A failed restore stops the process, as a failed apply does.
+    std::function<absl::StatusOr<std::string>()> snapshot;
+    std::function<absl::Status(absl::string_view state)> restore;
+    unsigned snapshot_every = 16384;
+    unsigned snapshot_trailing = 4096;
   };
 
   // Starts the replica: a new one bootstraps the configuration in

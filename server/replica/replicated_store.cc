@@ -30,6 +30,12 @@ absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Open(
                     absl::Status* outcome) {
     return raw->Apply(index, entry, outcome);
   };
+  if (log.snapshot_every > 0) {
+    log.snapshot = [raw] { return raw->Snapshot(); };
+  }
+  log.restore = [raw](absl::string_view state) {
+    return raw->Restore(state);
+  };
   ASSIGN_OR_RETURN(s->log_, RaftLog::Start(std::move(log)));
   return s;
 }
@@ -93,6 +99,42 @@ void ReplicatedStore::Write(WriteFn, DoneFn done) {
   log_->Answer(absl::UnimplementedError("a replicated store takes change "
                                         "lists (WriteChanges), not functions"),
                std::move(done));
+}
+
+namespace {
+
+// A snapshot: this magic, the index of the last entry applied in it (8
+// bytes, little-endian), then the database's image.
+constexpr absl::string_view kSnapshotMagic("xlsnap1\n", 8);
+
+}  // namespace
+
+absl::StatusOr<std::string> ReplicatedStore::Snapshot() {
+  // Applies are synchronous on this thread: every one so far is committed,
+  // and the image holds the index of the last in replica_applied too.
+  ASSIGN_OR_RETURN(std::string image, local_->Serialize());
+  std::string out(kSnapshotMagic);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(applied_ >> (8 * i)));
+  out += image;
+  return out;
+}
+
+absl::Status ReplicatedStore::Restore(absl::string_view state) {
+  if (state.size() < 16 || state.substr(0, 8) != kSnapshotMagic) {
+    return absl::DataLossError(
+        "a snapshot of the replicated log that is not xl's (format 1); run "
+        "the same release on every replica");
+  }
+  uint64_t index = 0;
+  for (int i = 0; i < 8; ++i) {
+    index |= uint64_t{static_cast<unsigned char>(state[8 + i])} << (8 * i);
+  }
+  // At start raft restores its newest snapshot, which this database holds
+  // already (its writes were committed before the snapshot was taken).
+  if (index <= applied_) return absl::OkStatus();
+  RETURN_IF_ERROR(local_->ReplaceWith(state.substr(16)));
+  applied_ = index;
+  return absl::OkStatus();
 }
 
 absl::Status ReplicatedStore::Apply(uint64_t index, absl::string_view entry,

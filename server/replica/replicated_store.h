@@ -18,7 +18,9 @@
 // own batch, so that what a write gives back (AppendLog's seq, TrimOutput's
 // trimmed) reaches the caller; every other replica decodes the bytes.
 //
-// No snapshots yet.
+// Snapshots are images of this replica's SQLite database (with the index
+// of the last entry in it): raft keeps the log short, and a replica too far
+// behind, or a new one, is given the leader's image.
 //
 // Thread-safe.
 #ifndef XL_SERVER_REPLICA_REPLICATED_STORE_H_
@@ -82,9 +84,11 @@ class ReplicatedStore : public store::Store {
 
  private:
   ReplicatedStore() = default;
-  // RaftLog's apply, on its thread.
+  // RaftLog's apply, snapshot and restore, on its thread.
   absl::Status Apply(uint64_t index, absl::string_view entry,
                      absl::Status* outcome);
+  absl::StatusOr<std::string> Snapshot();
+  absl::Status Restore(absl::string_view state);
 
   // A write of this replica's own, not answered yet.
   struct Own {

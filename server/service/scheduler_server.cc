@@ -299,6 +299,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                                             : opts.replica.raft_dir;
     log.election_timeout = opts.replica.election_timeout;
     log.heartbeat = opts.replica.heartbeat;
+    log.snapshot_every = opts.replica.snapshot_every;
+    log.snapshot_trailing = opts.replica.snapshot_trailing;
     auto store = replica::ReplicatedStore::Open(opts.db, std::move(log));
     if (!store.ok()) return Annotate(store.status(), "--db and --raft-dir");
     s->replicated_ = store->get();

@@ -40,6 +40,11 @@ struct ReplicaOptions {
   std::string raft_dir;
   absl::Duration election_timeout = absl::Seconds(1);
   absl::Duration heartbeat = absl::Milliseconds(100);
+  // A snapshot (an image of the database) every this many log entries; the
+  // log keeps `snapshot_trailing` entries before it for replicas a little
+  // behind.
+  unsigned snapshot_every = 16384;
+  unsigned snapshot_trailing = 4096;
 };
 
 struct ServerOptions {

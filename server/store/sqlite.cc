@@ -1,5 +1,8 @@
 #include "server/store/sqlite.h"
 
+#include <cstring>
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 
 namespace xl::store {
@@ -27,6 +30,53 @@ absl::Status Db::Error(int rc, absl::string_view what) const {
     default:
       return absl::InternalError(msg);
   }
+}
+
+absl::StatusOr<std::string> Db::Serialize() {
+  sqlite3_int64 size = 0;
+  unsigned char* image = sqlite3_serialize(db_, "main", &size, 0);
+  if (image == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        path_, ": cannot copy the database (out of memory, or an empty "
+        "database)"));
+  }
+  std::string out(reinterpret_cast<const char*>(image),
+                  static_cast<size_t>(size));
+  sqlite3_free(image);
+  return out;
+}
+
+absl::Status Db::ReplaceWith(absl::string_view image) {
+  if (image.size() < 100 || image.substr(0, 16) != absl::string_view(
+                                                       "SQLite format 3\0", 16)) {
+    return absl::DataLossError(
+        absl::StrCat(path_, ": the image to restore is not a SQLite database"));
+  }
+  sqlite3* mem = nullptr;
+  int rc = sqlite3_open(":memory:", &mem);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(mem, sqlite3_close);
+  if (rc != SQLITE_OK) return Error(rc, "restore: open memory");
+  auto* copy = static_cast<unsigned char*>(sqlite3_malloc64(image.size()));
+  if (copy == nullptr) return absl::ResourceExhaustedError("restore: memory");
+  memcpy(copy, image.data(), image.size());
+  // A WAL database's image says so in bytes 18-19; the in-memory copy
+  // reads it as a rollback-journal one.
+  copy[18] = copy[19] = 1;
+  rc = sqlite3_deserialize(mem, "main", copy, image.size(), image.size(),
+                           SQLITE_DESERIALIZE_FREEONCLOSE |
+                               SQLITE_DESERIALIZE_READONLY);
+  if (rc != SQLITE_OK) {
+    return absl::DataLossError(
+        absl::StrCat(path_, ": the image to restore cannot be read: ",
+                     sqlite3_errstr(rc)));
+  }
+  sqlite3_backup* backup = sqlite3_backup_init(db_, "main", mem, "main");
+  if (backup == nullptr) return Error(sqlite3_errcode(db_), "restore");
+  rc = sqlite3_backup_step(backup, -1);
+  const int finish = sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE) return Error(rc, "restore");
+  if (finish != SQLITE_OK) return Error(finish, "restore");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Db>> Db::Open(const std::string& path,

@@ -56,6 +56,13 @@ class Db {
   // The status for SQLite result code `rc` on this connection.
   absl::Status Error(int rc, absl::string_view what) const;
   const std::string& path() const { return path_; }
+  // The whole database as one consistent image (sqlite3_serialize: a read
+  // transaction's view).
+  absl::StatusOr<std::string> Serialize();
+  // Replaces the whole database with `image` (a Serialize() of one of the
+  // same page size) with the backup API, in one write transaction: other
+  // connections see the new content on their next read.
+  absl::Status ReplaceWith(absl::string_view image);
 
  private:
   Db(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

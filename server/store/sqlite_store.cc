@@ -611,4 +611,24 @@ void SqliteStore::CompletionLoop() {
   }
 }
 
+absl::StatusOr<std::string> SqliteStore::Serialize() {
+  absl::MutexLock lock(&reader_mu_);
+  return reader_->Serialize();
+}
+
+absl::Status SqliteStore::ReplaceWith(absl::string_view image) {
+  std::string path;
+  {
+    absl::MutexLock lock(&reader_mu_);
+    if (reader_ == nullptr) {
+      return absl::FailedPreconditionError("an in-memory store has no file");
+    }
+    path = reader_->path();
+  }
+  // A connection of its own, in one write transaction: the writer's and
+  // the reader's see the new content on their next transaction.
+  ASSIGN_OR_RETURN(auto db, Db::Open(path));
+  return db->ReplaceWith(image);
+}
+
 }  // namespace xl::store

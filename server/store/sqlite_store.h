@@ -67,6 +67,14 @@ class SqliteStore : public Store {
   ReadMetrics(int64_t job_id, int64_t after_seq, int limit) override;
   int64_t commits() const override;
 
+  // The whole database as one consistent image, of every committed write
+  // (a replicated store's snapshot).
+  absl::StatusOr<std::string> Serialize();
+  // Replaces the whole database with `image` (a Serialize() of another):
+  // Load and every connection see it from then on. Not while writes are
+  // in flight.
+  absl::Status ReplaceWith(absl::string_view image);
+
  private:
   friend class SqliteTx;
   struct PendingWrite {

@@ -59,7 +59,10 @@ class Replicas(unittest.TestCase):
         pb, rpc, job_pb2 = load_stubs()
         c = ReplicatedCluster(agents=2, gpus=0, scheduler_args=[
             "--lease", "10", "--submit-rate-per-user", "100000",
-            "--submit-burst-per-user", "100000", "--max-pending-per-user", "100000"])
+            "--submit-burst-per-user", "100000", "--max-pending-per-user", "100000",
+            # Snapshots during the run: a restarted replica that missed
+            # more than 250 entries catches up from the leader's.
+            "--snapshot-every", "1000"])
         self.addCleanup(c.close)
         addresses = [c.api[i] for i in sorted(c.api)]
         client = LeaderClient(addresses, grpc, rpc)
