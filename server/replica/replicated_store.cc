@@ -1,5 +1,9 @@
 #include "server/replica/replicated_store.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "server/store/change_codec.h"
@@ -69,18 +73,60 @@ void ReplicatedStore::WriteChanges(
     return;
   }
   ++unanswered_;
-  own_.push_back(Own{*entry, std::move(batch)});
+  auto own = std::make_shared<Own>();
+  own->entry = *entry;
+  own->batch = std::move(batch);
+  own->done = std::move(done);
+  own_.push_back(own);
   auto it = std::prev(own_.end());
-  log_->Append(*std::move(entry),
-               [this, it, done = std::move(done)](absl::Status st) {
-                 {
-                   absl::MutexLock lock(&mu_);
-                   own_.erase(it);
-                 }
-                 done(std::move(st));
-                 absl::MutexLock lock(&mu_);
-                 --unanswered_;
-               });
+  log_->Append(*std::move(entry), [this, it, own](absl::Status st) {
+    mu_.Lock();
+    own->raft_answered = true;
+    own->raft_status = st;
+    if (own->applied) {
+      mu_.Unlock();
+      Deliver();  // in log order, once the local store has it too
+      return;
+    }
+    // Not applied here (not committed, or not yet): answered now.
+    own_.erase(it);
+    mu_.Unlock();
+    own->done(st.ok() ? absl::UnavailableError(
+                            "the entry committed but was not applied here")
+                      : std::move(st));
+    absl::MutexLock lock(&mu_);
+    --unanswered_;
+  });
+}
+
+void ReplicatedStore::Deliver() {
+  mu_.Lock();
+  if (delivering_) {  // that thread looks again before it stops
+    mu_.Unlock();
+    return;
+  }
+  delivering_ = true;
+  while (true) {
+    std::vector<std::shared_ptr<Own>> ready;
+    while (!order_.empty() && order_.front()->raft_answered &&
+           order_.front()->local_done) {
+      ready.push_back(std::move(order_.front()));
+      order_.pop_front();
+    }
+    if (ready.empty()) break;
+    mu_.Unlock();
+    for (const auto& o : ready) {
+      o->done(!o->raft_status.ok() ? o->raft_status : o->local_status);
+    }
+    mu_.Lock();
+    unanswered_ -= static_cast<int64_t>(ready.size());
+  }
+  delivering_ = false;
+  mu_.Unlock();
+}
+
+absl::Status ReplicatedStore::Drain() {
+  return local_->WriteSync([](store::Tx&) { return absl::OkStatus(); });
 }
 
 void ReplicatedStore::Barrier(DoneFn done) {
@@ -110,8 +156,9 @@ constexpr absl::string_view kSnapshotMagic("xlsnap1\n", 8);
 }  // namespace
 
 absl::StatusOr<std::string> ReplicatedStore::Snapshot() {
-  // Applies are synchronous on this thread: every one so far is committed,
-  // and the image holds the index of the last in replica_applied too.
+  // Every entry applied so far committed here first: the image holds them,
+  // and the index of the last in replica_applied too.
+  RETURN_IF_ERROR(Drain());
   ASSIGN_OR_RETURN(std::string image, local_->Serialize());
   std::string out(kSnapshotMagic);
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(applied_ >> (8 * i)));
@@ -132,6 +179,7 @@ absl::Status ReplicatedStore::Restore(absl::string_view state) {
   // At start raft restores its newest snapshot, which this database holds
   // already (its writes were committed before the snapshot was taken).
   if (index <= applied_) return absl::OkStatus();
+  RETURN_IF_ERROR(Drain());
   RETURN_IF_ERROR(local_->ReplaceWith(state.substr(16)));
   applied_ = index;
   return absl::OkStatus();
@@ -142,13 +190,17 @@ absl::Status ReplicatedStore::Apply(uint64_t index, absl::string_view entry,
   // Applied before a restart: raft hands entries again from its last
   // snapshot, the database has them already.
   if (index <= applied_) return absl::OkStatus();
-  // One of this replica's own writes (the oldest not answered, since they
-  // commit in the order appended): its batch carries the out fields.
-  std::shared_ptr<const store::ChangeBatch> own;
+  // One of this replica's own writes (the oldest not applied, since they
+  // commit in the order appended): its batch carries the out fields, and
+  // its answer waits for this transaction.
+  std::shared_ptr<Own> own;
   {
     absl::MutexLock lock(&mu_);
-    if (!own_.empty() && own_.front().entry == entry) {
-      own = own_.front().batch;
+    if (!own_.empty() && own_.front()->entry == entry) {
+      own = std::move(own_.front());
+      own_.pop_front();
+      own->applied = true;
+      order_.push_back(own);
     }
   }
   absl::StatusOr<store::Changes> decoded;
@@ -162,16 +214,39 @@ absl::Status ReplicatedStore::Apply(uint64_t index, absl::string_view entry,
     *outcome = decoded.status();
     return absl::OkStatus();
   }
-  const store::Changes& changes = own != nullptr ? own->changes : *decoded;
-  absl::Status st = local_->WriteSync([&](store::Tx& tx) -> absl::Status {
-    RETURN_IF_ERROR(store::WriteChanges(changes, tx));
-    return tx.SetAppliedIndex(index);
-  });
-  if (!st.ok() && !OwnFailure(st)) {
-    return st;  // this replica stops; a restart applies it again
-  }
+  // Queued on the local store, which commits what is queued together; its
+  // answer comes on the store's thread, in order.
+  auto changes = own != nullptr
+                     ? std::shared_ptr<const store::ChangeBatch>(own->batch)
+                     : std::make_shared<const store::ChangeBatch>(
+                           store::ChangeBatch{*std::move(decoded)});
+  local_->Write(
+      [changes, index](store::Tx& tx) -> absl::Status {
+        RETURN_IF_ERROR(store::WriteChanges(changes->changes, tx));
+        return tx.SetAppliedIndex(index);
+      },
+      [this, own, index](absl::Status st) {
+        if (!st.ok() && !OwnFailure(st)) {
+          // A full disk, an I/O error: this replica stops (raft 0.15 would
+          // leave it deaf); a restart applies the entry again.
+          fprintf(stderr,
+                  "xl-scheduler: cannot apply replicated log entry %llu here "
+                  "(%s); stopping: fix this replica's database and start it "
+                  "again\n",
+                  static_cast<unsigned long long>(index),
+                  st.ToString().c_str());
+          std::abort();
+        }
+        if (own == nullptr) return;  // refused alike everywhere, or OK
+        {
+          absl::MutexLock lock(&mu_);
+          own->local_done = true;
+          own->local_status = std::move(st);
+        }
+        Deliver();
+      });
   applied_ = index;
-  *outcome = st;  // OK, or refused on its own (nothing of it written)
+  *outcome = absl::OkStatus();  // the answer is Deliver()'s
   return absl::OkStatus();
 }
 

@@ -18,6 +18,11 @@
 // own batch, so that what a write gives back (AppendLog's seq, TrimOutput's
 // trimmed) reaches the caller; every other replica decodes the bytes.
 //
+// Applying an entry queues its transaction on the local store, which
+// commits what is queued together (a group commit, as a single scheduler
+// does); the leader answers a write once raft has committed it and the
+// local store has applied it, in log order.
+//
 // Snapshots are images of this replica's SQLite database (with the index
 // of the last entry in it): raft keeps the log short, and a replica too far
 // behind, or a new one, is given the leader's image.
@@ -27,6 +32,7 @@
 #define XL_SERVER_REPLICA_REPLICATED_STORE_H_
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <string>
@@ -94,15 +100,31 @@ class ReplicatedStore : public store::Store {
   struct Own {
     std::string entry;
     std::shared_ptr<const store::ChangeBatch> batch;
+    DoneFn done;
+    // Apply queued its transaction here (it is in order_).
+    bool applied = false;
+    bool raft_answered = false;
+    absl::Status raft_status;
+    bool local_done = false;
+    absl::Status local_status;
   };
+  // Answers, in log order, the own writes at the front of order_ that raft
+  // and the local store have both answered. Any thread; one at a time.
+  void Deliver();
+  // Waits until the local store has committed every transaction queued.
+  absl::Status Drain();
 
   std::unique_ptr<store::SqliteStore> local_;
   std::unique_ptr<RaftLog> log_;
   // The log's thread only.
   uint64_t applied_ = 0;
   mutable absl::Mutex mu_;
-  // In the order appended (Append's order: pushed under mu_ with it).
-  std::list<Own> own_ ABSL_GUARDED_BY(mu_);
+  // Appended and not yet applied here, in the order appended (Append's
+  // order: pushed under mu_ with it).
+  std::list<std::shared_ptr<Own>> own_ ABSL_GUARDED_BY(mu_);
+  // Applied here, in log order, not yet answered.
+  std::deque<std::shared_ptr<Own>> order_ ABSL_GUARDED_BY(mu_);
+  bool delivering_ ABSL_GUARDED_BY(mu_) = false;
   int64_t unanswered_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
