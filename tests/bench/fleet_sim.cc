@@ -5,7 +5,11 @@
 // database size, and GPU utilisation, beside published anchors.
 //
 //   fleet_sim --nodes 1000 [--jobs 100000] [--duration 120] [--build-dir build]
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,8 +27,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "tests/bench/fleet_sim_lib.h"
+#include "xl/v1/replica.grpc.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 namespace xl::bench {
@@ -43,6 +49,9 @@ struct Options {
   double fail_share = 0.02;
   uint64_t seed = 1;
   bool keep_dir = false;
+  // Scheduler replicas on Raft (1: one scheduler); the fleet attaches to
+  // the leader.
+  int replicas = 1;
 };
 
 constexpr char kUsage[] =
@@ -50,7 +59,7 @@ constexpr char kUsage[] =
     "                 [--scheduler-binary FILE] [--channels N] "
     "[--heartbeat-timeout S]\n"
     "                 [--concurrency N] [--runtime-min S] [--runtime-max S]\n"
-    "                 [--fail-share F] [--seed N] [--keep-dir]\n"
+    "                 [--fail-share F] [--seed N] [--keep-dir] [--replicas N]\n"
     "\n"
     "Starts xl-scheduler (--scheduler-binary, default DIR/server/xl-scheduler) "
     "on\n"
@@ -63,7 +72,9 @@ constexpr char kUsage[] =
     "--runtime-max];\n"
     "--fail-share of them exit 1) through SubmitJob, --concurrency in flight.\n"
     "After --duration seconds of submitting (or when every job has ended) it\n"
-    "prints one table and kills the scheduler.\n"
+    "prints one table and kills the scheduler. --replicas 3: three replicas "
+    "on Raft,\nthe fleet attached to the leader (memory, CPU and database "
+    "size are the leader's).\n"
     "\n"
     "defaults: --nodes 1000 --jobs 100000 --duration 120 --build-dir build\n"
     "          --channels 32 --heartbeat-timeout 10 --concurrency 32\n"
@@ -404,6 +415,8 @@ bool ParseFlags(int argc, char** argv, Options* o) {
       o->fail_share = atof(value("--fail-share"));
     } else if (a == "--seed") {
       o->seed = strtoull(value("--seed"), nullptr, 10);
+    } else if (a == "--replicas") {
+      o->replicas = atoi(value("--replicas"));
     } else if (a == "--keep-dir") {
       o->keep_dir = true;
     } else {
@@ -423,6 +436,8 @@ bool ParseFlags(int argc, char** argv, Options* o) {
     bad = "--channels must be at least 1";
   else if (o->heartbeat_timeout_s <= 1)
     bad = "--heartbeat-timeout must exceed the 1 s heartbeat interval";
+  else if (o->replicas < 1 || o->replicas % 2 == 0)
+    bad = "--replicas must be 1, 3 or 5";
   else if (o->concurrency < 1)
     bad = "--concurrency must be at least 1";
   else if (o->runtime_min_s <= 0 || o->runtime_max_s < o->runtime_min_s)
@@ -451,6 +466,66 @@ std::string Pair(const LatencySamples& s, double scale, const char* unit) {
                          s.Quantile(0.99) * scale, unit, s.count());
 }
 
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts o.replicas replicas (each in its own directory under `dir`) and
+// returns the one that leads once one does; the others go to `others`.
+absl::StatusOr<std::unique_ptr<SchedulerProcess>> StartReplicas(
+    const Options& o, const std::string& dir,
+    std::vector<std::unique_ptr<SchedulerProcess>>* others) {
+  std::vector<std::string> api;
+  std::string peers;
+  for (int i = 1; i <= o.replicas; ++i) {
+    api.push_back(absl::StrCat("127.0.0.1:", FreePort()));
+    absl::StrAppend(&peers, peers.empty() ? "" : ",", i, "=127.0.0.1:",
+                    FreePort(), "/", api.back());
+  }
+  std::vector<std::unique_ptr<SchedulerProcess>> all;
+  for (int i = 1; i <= o.replicas; ++i) {
+    const std::string sub = absl::StrCat(dir, "/replica-", i);
+    std::filesystem::create_directories(sub);
+    auto p = SchedulerProcess::Start(
+        o.scheduler_binary, sub,
+        {"--heartbeat-timeout", absl::StrCat(o.heartbeat_timeout_s),
+         "--replica-id", absl::StrCat(i), "--peers", peers},
+        api[i - 1]);
+    if (!p.ok()) return p.status();
+    all.push_back(*std::move(p));
+  }
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < until) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      auto stub = v1::ReplicaService::NewStub(grpc::CreateChannel(
+          api[i], grpc::InsecureChannelCredentials()));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(1));
+      v1::ReplicaStatus status;
+      if (stub->GetReplicaStatus(&ctx, v1::GetReplicaStatusRequest(), &status)
+              .ok() &&
+          status.leader()) {
+        auto leader = std::move(all[i]);
+        for (auto& p : all) {
+          if (p != nullptr) others->push_back(std::move(p));
+        }
+        return leader;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError("no replica led within 30 s");
+}
+
 int Run(const Options& o) {
   auto dir = MakeTempDir("fleet-sim");
   if (!dir.ok()) {
@@ -458,9 +533,14 @@ int Run(const Options& o) {
             std::string(dir.status().message()).c_str());
     return 1;
   }
-  auto sched = SchedulerProcess::Start(
-      o.scheduler_binary, *dir,
-      {"--heartbeat-timeout", absl::StrCat(o.heartbeat_timeout_s)});
+  // With replicas: every one started, the leader is `sched`.
+  std::vector<std::unique_ptr<SchedulerProcess>> others;
+  auto sched = o.replicas > 1
+                   ? StartReplicas(o, *dir, &others)
+                   : SchedulerProcess::Start(
+                         o.scheduler_binary, *dir,
+                         {"--heartbeat-timeout",
+                          absl::StrCat(o.heartbeat_timeout_s)});
   if (!sched.ok()) {
     fprintf(stderr, "fleet_sim: %s\n",
             std::string(sched.status().message()).c_str());

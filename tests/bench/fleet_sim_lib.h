@@ -179,9 +179,12 @@ class SchedulerProcess {
   // plus `extra_args`, output to DIR/scheduler.log, and waits up to 30 s for
   // the port. FAILED_PRECONDITION with the log's tail when it exits or never
   // listens; NOT_FOUND when `binary` is not an executable.
+  // `listen`: --listen's value (a fixed port for a replica of a replicated
+  // scheduler).
   static absl::StatusOr<std::unique_ptr<SchedulerProcess>> Start(
       const std::string& binary, const std::string& dir,
-      const std::vector<std::string>& extra_args);
+      const std::vector<std::string>& extra_args,
+      const std::string& listen = "127.0.0.1:0");
   ~SchedulerProcess();
   SchedulerProcess(const SchedulerProcess&) = delete;
   SchedulerProcess& operator=(const SchedulerProcess&) = delete;

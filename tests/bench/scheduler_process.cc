@@ -71,7 +71,7 @@ void InstallSchedulerReaper() {
 
 absl::StatusOr<std::unique_ptr<SchedulerProcess>> SchedulerProcess::Start(
     const std::string& binary, const std::string& dir,
-    const std::vector<std::string>& extra_args) {
+    const std::vector<std::string>& extra_args, const std::string& listen) {
   if (access(binary.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat(
         "scheduler binary ", binary,
@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<SchedulerProcess>> SchedulerProcess::Start(
   const std::string port_file = dir + "/port";
   p->db_ = dir + "/xl.db";
   p->log_ = dir + "/scheduler.log";
-  std::vector<std::string> args = {binary,        "--listen", "127.0.0.1:0",
+  std::vector<std::string> args = {binary,        "--listen", listen,
                                    "--port-file", port_file,  "--db",
                                    p->db_,
                                    // The benchmarks submit as one user as
