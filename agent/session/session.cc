@@ -136,8 +136,8 @@ Session::Session(SessionOptions options)
                    ? *std::move(list)
                    : std::vector<std::string>{options_.scheduler};
   for (const std::string& address : addresses_) {
-    stubs_.push_back(
-        v1::AgentService::NewStub(MakeChannel(options_, address)));
+    channels_.push_back(MakeChannel(options_, address));
+    stubs_.push_back(v1::AgentService::NewStub(channels_.back()));
   }
   // A fleet does not all knock on the first replica.
   if (options_.random_start) {
@@ -392,6 +392,13 @@ absl::Status Session::RunConnection(bool* registered) {
     if (shutdown_ || closing_) return absl::OkStatus();
     stub = stubs_[current_].get();
     address = addresses_[current_];
+    // A replica that was down a moment ago may be the leader now: the
+    // channel's own reconnect backoff (from when it was down) must not
+    // fail this attempt without trying.
+    if (addresses_.size() > 1) {
+      grpc::experimental::ChannelResetConnectionBackoff(
+          channels_[current_].get());
+    }
     context_ = &context;
     acked_ = false;
     connection_done_ = false;

@@ -161,6 +161,7 @@ class Session : public RankEventSink {
   const std::string instance_id_;
   // One per address of options_.scheduler.
   std::vector<std::string> addresses_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::AgentService::Stub>> stubs_;
   // The address connected to, an index into addresses_.
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;

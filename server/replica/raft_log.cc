@@ -163,6 +163,8 @@ struct RaftLog::Impl {
   bool raft_ready = false;  // raft_init succeeded: raft_close closes it
   // The snapshot raft is writing (between fsm.snapshot and its finalize).
   std::unique_ptr<std::string> snapshot_image;
+  // After a failed snapshot: none is tried before this index.
+  uint64_t snapshot_retry_at = 0;
 
   mutable absl::Mutex mu;
   std::deque<Pending> queue ABSL_GUARDED_BY(mu);
@@ -255,16 +257,26 @@ absl::Status RaftLog::Impl::Open() {
   fsm.snapshot = [](struct raft_fsm* f, struct raft_buffer* bufs[],
                     unsigned* n_bufs) -> int {
     Impl* impl = static_cast<Impl*>(f->data);
-    if (!impl->options.snapshot || impl->snapshot_image != nullptr) {
+    // RAFT_BUSY is the one refusal raft 0.15 shrugs off (any other makes
+    // a follower drop every later message); it asks again at every apply,
+    // so after a failure the next try waits for a quarter of the interval.
+    if (!impl->options.snapshot || impl->snapshot_image != nullptr ||
+        impl->raft.last_applied < impl->snapshot_retry_at) {
       return RAFT_BUSY;
     }
     absl::StatusOr<std::string> image = impl->options.snapshot();
     if (!image.ok()) {
-      // Tried again after the next snapshot_every entries; the log keeps
-      // growing until one is taken.
-      fprintf(stderr, "xl-scheduler: cannot take a snapshot: %s\n",
-              image.status().ToString().c_str());
-      return RAFT_IOERR;
+      impl->snapshot_retry_at =
+          impl->raft.last_applied +
+          std::max(1u, impl->options.snapshot_every / 4);
+      fprintf(stderr,
+              "xl-scheduler: cannot take a snapshot of the replicated log "
+              "(%s); the log grows until one is taken, tried again after "
+              "%llu more entries\n",
+              image.status().ToString().c_str(),
+              static_cast<unsigned long long>(impl->snapshot_retry_at -
+                                              impl->raft.last_applied));
+      return RAFT_BUSY;
     }
     impl->snapshot_image = std::make_unique<std::string>(*std::move(image));
     auto* buf =

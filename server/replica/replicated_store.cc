@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "absl/random/distributions.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "server/store/change_codec.h"
@@ -62,6 +63,15 @@ void ReplicatedStore::WriteChanges(
     }
   }
   absl::MutexLock lock(&mu_);
+  if (entry.ok()) {
+    // ChangeBatch.nonce (field 3, fixed64), appended: the encoding of a
+    // message is the concatenation of its fields'.
+    const uint64_t nonce = absl::Uniform<uint64_t>(bitgen_);
+    entry->push_back(static_cast<char>((3 << 3) | 1));
+    for (int i = 0; i < 8; ++i) {
+      entry->push_back(static_cast<char>(nonce >> (8 * i)));
+    }
+  }
   if (!entry.ok()) {
     ++unanswered_;
     log_->Answer(entry.status(), [this, done = std::move(done)](

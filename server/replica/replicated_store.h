@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "server/replica/raft_log.h"
 #include "server/store/changes.h"
 #include "server/store/sqlite_store.h"
@@ -53,8 +54,11 @@ class ReplicatedStore : public store::Store {
       const std::string& db_path, RaftLog::Options log);
   ~ReplicatedStore() override;
 
-  // Appends the batch to the replicated log; `done` runs on the log's
-  // thread once it is committed and applied here.
+  // Appends the batch to the replicated log; `done` runs once it is
+  // committed and applied here (on the local store's completion thread,
+  // or the log's: it must not wait for either), after the answers of the
+  // writes applied before it. An error answer (not applied here: no
+  // leader, leadership lost) comes at once, out of that order.
   void WriteChanges(std::shared_ptr<const store::ChangeBatch> batch,
                     DoneFn done) override;
 
@@ -119,6 +123,8 @@ class ReplicatedStore : public store::Store {
   // The log's thread only.
   uint64_t applied_ = 0;
   mutable absl::Mutex mu_;
+  // Entries' nonces.
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   // Appended and not yet applied here, in the order appended (Append's
   // order: pushed under mu_ with it).
   std::list<std::shared_ptr<Own>> own_ ABSL_GUARDED_BY(mu_);

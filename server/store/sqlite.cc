@@ -70,6 +70,20 @@ absl::Status Db::ReplaceWith(absl::string_view image) {
         absl::StrCat(path_, ": the image to restore cannot be read: ",
                      sqlite3_errstr(rc)));
   }
+  // A damaged image (sqlite3_serialize reads unreadable pages as zeros)
+  // must not replace a good database.
+  sqlite3_stmt* check = nullptr;
+  rc = sqlite3_prepare_v2(mem, "PRAGMA quick_check", -1, &check, nullptr);
+  std::string verdict;
+  if (rc == SQLITE_OK && sqlite3_step(check) == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(check, 0);
+    verdict = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+  }
+  sqlite3_finalize(check);
+  if (verdict != "ok") {
+    return absl::DataLossError(absl::StrCat(
+        path_, ": the image to restore fails SQLite's check: ", verdict));
+  }
   sqlite3_backup* backup = sqlite3_backup_init(db_, "main", mem, "main");
   if (backup == nullptr) return Error(sqlite3_errcode(db_), "restore");
   rc = sqlite3_backup_step(backup, -1);
