@@ -56,7 +56,7 @@ set(CPACK_DEBIAN_SCHEDULER_PACKAGE_NAME xl-scheduler)
 set(CPACK_COMPONENT_SCHEDULER_DESCRIPTION
     "xl-scheduler: keeps jobs and node inventories in SQLite and places each job, all or nothing, on xl-agent nodes; Prometheus metrics and a web dashboard")
 set(CPACK_DEBIAN_SCHEDULER_PACKAGE_DEPENDS
-    "${XL_DEB_COMMON}, libsqlite3-0, libprometheus-cpp-core1.0, adduser")
+    "${XL_DEB_COMMON}, libsqlite3-0, libprometheus-cpp-core1.0, libraft2, libuv1, adduser")
 set(CPACK_DEBIAN_SCHEDULER_PACKAGE_RECOMMENDS "xlctl")
 set(CPACK_DEBIAN_SCHEDULER_PACKAGE_CONTROL_EXTRA
     "${XL_DEPLOY}/debian/scheduler/postinst;${XL_DEPLOY}/debian/scheduler/prerm;${XL_DEPLOY}/debian/scheduler/conffiles")

@@ -260,7 +260,7 @@ void AddReplicaOptions(CLI::App* app, Flags* f) {
   app->add_option("--election-timeout", f->election_timeout,
                   "with --replica-id: a follower that hears nothing from the "
                   "leader this long starts an election (default 1s; "
-                  "failover takes about twice this)");
+                  "failover takes about twice this; 100ms to 4s)");
   app->add_option("--snapshot-every", f->opts.replica.snapshot_every,
                   "with --replica-id: snapshot the database into the Raft "
                   "log's directory every this many log entries (default "
@@ -461,11 +461,15 @@ absl::Status ParsePeers(const std::string& text, const std::string& listen,
 absl::Status ResolveReplicaFlags(Flags* f) {
   xl::service::ReplicaOptions& r = f->opts.replica;
   absl::Duration election;
+  // At most 4 s: a leader cut off from the others steps down within two
+  // election timeouts, and until then it may renew its agents' leases; a
+  // new leader counts none of their nodes lost before the heartbeat
+  // timeout plus its 10 s reconnect window, which must cover that.
   if (!xl::ParseLifetime(f->election_timeout, &election) ||
-      election < absl::Milliseconds(100) || election > absl::Minutes(1)) {
+      election < absl::Milliseconds(100) || election > absl::Seconds(4)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--election-timeout: '", f->election_timeout,
-                     "' is not a duration from 100ms to 1m; give one such as "
+                     "' is not a duration from 100ms to 4s; give one such as "
                      "1s"));
   }
   r.election_timeout = election;
