@@ -302,6 +302,10 @@ std::string HttpGateway::Scrape(const std::string* jobs_of) {
     // is held for this at most once a second.
     absl::MutexLock lock(&model_mu_);
     const absl::Time now = absl::Now();
+    if (controller_ == nullptr) {
+      // A replica that follows: no model; its role and term only.
+      return prometheus::TextSerializer().Serialize(families);
+    }
     if (model_ == nullptr || now - model_at_ >= kModelReuse ||
         now < model_at_) {
       model_ = std::make_shared<const control::ModelMetrics>(

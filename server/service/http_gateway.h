@@ -73,7 +73,8 @@ class HttpGateway {
   // Binds the port and serves /metrics; the API answers 503 until
   // Attach. Binding first lets a taken port fail the scheduler's start
   // before it takes any agent or job. `controller` and `telemetry` outlive
-  // the gateway.
+  // the gateway; `controller` null: a replica that follows (no model
+  // metrics).
   static absl::StatusOr<std::unique_ptr<HttpGateway>> Start(
       GatewayOptions opts, control::Controller* controller,
       control::SchedulerTelemetry* telemetry);

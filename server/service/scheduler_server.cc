@@ -416,30 +416,44 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
     builder.RegisterService(t->queues.get());
     builder.RegisterService(t->agents.get());
     builder.RegisterService(t->rendezvous.get());
-    if (!opts.metrics_listen.empty()) {
-      GatewayOptions gw;
-      gw.listen = opts.metrics_listen;
-      // The port bound first, again on every later term.
-      if (const int port = metrics_port(); port != 0) {
-        gw.listen = absl::StrCat(
-            opts.metrics_listen.substr(0, opts.metrics_listen.rfind(':')),
-            ":", port);
-      }
-      gw.auth_enabled = authenticator_->enabled();
-      gw.version = opts.version;
-      if (!opts.tls_cert_file.empty()) {
-        gw.tls_cert_file = opts.tls_cert_file;
-        gw.tls_key_file = opts.tls_key_file;
-      }
-      gw.metrics_without_token = opts.metrics_without_token;
-      gw.allowed_hosts = opts.dashboard_hosts;
-      auto gateway = HttpGateway::Start(gw, c, telemetry_.get());
-      if (!gateway.ok()) return gateway.status();
-      t->gateway = std::move(*gateway);
+  }
+  if (!opts.metrics_listen.empty()) {
+    // Every replica serves /metrics (its role, term and log indexes; a
+    // follower has no model to report); the API of a follower's dashboard
+    // answers with where the leader is. One gateway at a time holds the
+    // port: the old term's stops first.
+    HttpGateway* old = nullptr;
+    {
       absl::MutexLock lock(&mu_);
-      metrics_url_ = t->gateway->url();
-      metrics_port_ = t->gateway->port();
+      if (term_ != nullptr) old = term_->gateway.get();
     }
+    if (old != nullptr) old->Stop();  // terms change on this thread only
+    GatewayOptions gw;
+    gw.listen = opts.metrics_listen;
+    // The port bound first, again on every later term.
+    if (const int port = metrics_port(); port != 0) {
+      gw.listen = absl::StrCat(
+          opts.metrics_listen.substr(0, opts.metrics_listen.rfind(':')), ":",
+          port);
+    }
+    gw.auth_enabled = authenticator_->enabled();
+    gw.version = opts.version;
+    if (!opts.tls_cert_file.empty()) {
+      gw.tls_cert_file = opts.tls_cert_file;
+      gw.tls_key_file = opts.tls_key_file;
+    }
+    gw.metrics_without_token = opts.metrics_without_token;
+    gw.allowed_hosts = opts.dashboard_hosts;
+    auto gateway =
+        HttpGateway::Start(gw, t->controller.get(), telemetry_.get());
+    if (!gateway.ok()) {
+      if (t->controller != nullptr) t->controller->Stop();
+      return gateway.status();
+    }
+    t->gateway = std::move(*gateway);
+    absl::MutexLock lock(&mu_);
+    metrics_url_ = t->gateway->url();
+    metrics_port_ = t->gateway->port();
   }
   t->server = builder.BuildAndStart();
   if (t->server == nullptr || bound == 0) {
@@ -456,9 +470,9 @@ absl::Status SchedulerServer::StartTerm(bool lead, uint64_t number) {
           t->server->GetHealthCheckService()) {
     health->SetServingStatus(kLeaderHealthService, lead);
   }
+  if (t->gateway != nullptr) t->gateway->Attach(t->server.get());
   if (t->controller != nullptr) {
     t->controller->SetAdvertiseAddressIfEmpty(absl::StrCat(host_, ":", port_));
-    if (t->gateway != nullptr) t->gateway->Attach(t->server.get());
     t->controller->Start();
   }
   std::unique_ptr<Term> old;

@@ -222,6 +222,12 @@ class Replicas(unittest.TestCase):
         term = int(re.search(r"^xl_raft_term (\d+)", text, re.M).group(1))
         self.assertEqual(term, int(next(s for s in servers if s.get("leader"))["term"]))
         self.assertGreater(float(re.search(r"^xl_raft_applied_index (\S+)", text, re.M).group(1)), 0)
+        # A follower serves /metrics too: its role and the same term.
+        furl = wait_until("a follower's metrics URL", lambda: re.search(
+            r"metrics on (http://\S+)/metrics", c.log_of(f"replica-{follower}")), 10).group(1)
+        ftext = urllib.request.urlopen(f"{furl}/metrics", timeout=10).read().decode()
+        self.assertIn("xl_scheduler_leader 0", ftext)
+        self.assertEqual(int(re.search(r"^xl_raft_term (\d+)", ftext, re.M).group(1)), term)
 
 
 class DevReplicas(unittest.TestCase):
