@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "absl/random/distributions.h"
@@ -27,6 +29,21 @@ absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Open(
   options.synchronous = "NORMAL";  // the log is what is synced
   ASSIGN_OR_RETURN(auto local, store::SqliteStore::Open(db_path, options));
   ASSIGN_OR_RETURN(store::StoredState state, local->Load());
+  // A database that applied entries of a log now gone (its raft directory
+  // wiped or another given) would skip the new log's first entries as
+  // applied: refuse, rather than hold other rows than the others.
+  std::error_code ec;
+  const bool new_log =
+      !std::filesystem::exists(log.dir + "/metadata1", ec) &&
+      !std::filesystem::exists(log.dir + "/metadata2", ec);
+  if (new_log && state.applied_index > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        db_path, " holds entries up to ", state.applied_index,
+        " of a replicated log, but the Raft log in ", log.dir,
+        " is new: start it with its own Raft directory, or remove the "
+        "database (and that directory) to join as a new replica, which "
+        "copies the leader's state"));
+  }
   std::unique_ptr<ReplicatedStore> s(new ReplicatedStore());
   s->local_ = std::move(local);
   s->applied_ = state.applied_index;

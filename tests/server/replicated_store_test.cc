@@ -220,6 +220,20 @@ TEST_F(ReplicatedStoreTest, AReplicaFarBehindCatchesUpFromASnapshot) {
   EXPECT_EQ(state->jobs.size(), 41u);
   const std::string dump = xl::testing::DumpDatabase(Db(leader));
   EXPECT_EQ(xl::testing::DumpDatabase(Db(behind)), dump);
+  // A database whose Raft log is gone is refused, not silently skipped
+  // ahead of the new log.
+  {
+    RaftLog::Options o;
+    o.id = behind;
+    o.peers = peers_;
+    o.dir = absl::StrCat(dir_, "/raft-elsewhere");
+    stores_.erase(behind);
+    auto refused = ReplicatedStore::Open(Db(behind), std::move(o));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition(refused.status()))
+        << refused.status();
+    EXPECT_NE(refused.status().message().find("Raft log"), std::string::npos);
+  }
   // Every replica restarted: each starts from its snapshot and log, and
   // holds the same bytes (nothing applied twice: AppendLog has no end
   // offset, a second apply would add a row).
