@@ -387,6 +387,7 @@ SessionOptions SessionOptionsFor(const Flags& f, const Node& node,
   std::filesystem::create_directories(state_dir, ec);
   ::chmod(state_dir.c_str(), 0700);
   *instance_file = state_dir + "/instance";
+  o.term_file = state_dir + "/leader_term";
   std::string id;
   if (shim::ReadWholeFile(*instance_file, &id)) {
     id = std::string(absl::StripAsciiWhitespace(id));

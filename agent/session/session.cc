@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/log.h"
+#include "agent/shim/rank_shim.h"
 #include "common/duration.h"
 #include "common/limits.h"
 #include "common/grpc_status.h"
@@ -140,6 +142,13 @@ Session::Session(SessionOptions options)
     stubs_.push_back(v1::AgentService::NewStub(channels_.back()));
   }
   // A fleet does not all knock on the first replica.
+  if (std::string text; !options_.term_file.empty() &&
+                        shim::ReadWholeFile(options_.term_file, &text)) {
+    uint64_t term = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &term)) {
+      newest_term_ = term;
+    }
+  }
   if (options_.random_start) {
     current_ = std::random_device{}() % addresses_.size();
   }
@@ -162,6 +171,12 @@ int64_t Session::fenced() const {
 
 bool Session::Fenced(uint64_t term, absl::string_view what) {
   if (term >= newest_term_) {
+    if (term > newest_term_ && !options_.term_file.empty() &&
+        !shim::WriteFileAtomically(options_.term_file,
+                                   absl::StrCat(term, "\n"))) {
+      LogLine(absl::StrCat("cannot write ", options_.term_file,
+                           "; a restarted agent forgets leader term ", term));
+    }
     newest_term_ = term;
     return false;
   }
@@ -170,8 +185,11 @@ bool Session::Fenced(uint64_t term, absl::string_view what) {
                        addresses_[current_], ": it is of leader term ", term,
                        ", older than term ", newest_term_,
                        " already seen (a deposed leader; if the scheduler's "
-                       "replicas were rebuilt as a new cluster, restart this "
-                       "agent)"));
+                       "replicas were rebuilt as a new cluster, stop this "
+                       "agent, remove ",
+                       options_.term_file.empty() ? std::string("nothing")
+                                                  : options_.term_file,
+                       " and start it again)"));
   return true;
 }
 

@@ -48,6 +48,9 @@ struct SessionOptions {
   // a replicated scheduler's replicas: the session connects to the one that
   // leads (common/leader.h), and follows it when another takes over.
   std::string scheduler;
+  // Where the newest leader term seen is kept (fencing survives a restart
+  // of the agent); empty: in memory only.
+  std::string term_file;
   // Given a list, start at a random address of it (a fleet does not all
   // knock on the first replica); false: at the first.
   bool random_start = true;

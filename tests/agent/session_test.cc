@@ -1320,6 +1320,37 @@ TEST(SessionFencingTest, CommandsAndAcksOfAnOlderLeaderTermAreRefused) {
   EXPECT_EQ(session.newest_term(), 6u);
 }
 
+// The newest term survives a restart of the agent: a new session with the
+// same term file refuses the deposed leader from its first registration.
+TEST(SessionFencingTest, TheNewestTermSurvivesARestart) {
+  char tmpl[] = "/tmp/xl-term-test-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  FakeScheduler scheduler;
+  scheduler.set_term(9);
+  Server server(&scheduler);
+  FakeController controller;
+  SessionOptions options = Options(server.port());
+  options.term_file = dir + "/leader_term";
+  {
+    Session first(options);
+    first.Start(&controller);
+    ASSERT_TRUE(WaitRegistrations(first, 1));
+    first.Shutdown();
+  }
+  scheduler.set_term(8);
+  Session second(options);
+  EXPECT_EQ(second.newest_term(), 9u);
+  second.Start(&controller);
+  const absl::Time until = absl::Now() + kWait;
+  while (second.fenced() < 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GE(second.fenced(), 1);
+  EXPECT_EQ(second.registrations(), 0);
+  second.Shutdown();
+  std::filesystem::remove_all(dir);
+}
+
 // Given a list, the agent goes where a refusing replica says the leader
 // is, not to the next address.
 TEST(SessionFencingTest, FollowsTheLeaderAReplicaNames) {
