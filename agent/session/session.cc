@@ -81,6 +81,11 @@ std::string WithoutNumbers(absl::string_view text) {
   return out;
 }
 
+// The longest wait between tries while the scheduler's replicas have no
+// leader: a refusal is one stream on a connection already open, cheap for
+// the replica even from a fleet, and an election takes about a second.
+constexpr absl::Duration kBetweenLeaders = absl::Milliseconds(500);
+
 // The heartbeat interval for a RegisterAck: ours, or the scheduler's when
 // shorter, and short enough that a lost heartbeat or two cannot cost the
 // lease.
@@ -345,14 +350,14 @@ void Session::Run() {
     if (replica_refused_) {
       // A live replica that does not lead: between leaders (an election
       // takes about a second), or one elected and still loading its state
-      // (it named itself: again there). Backing off up to a second only,
+      // (it named itself: again there). Backing off up to half a second,
       // so that the agent is soon with the new leader; jittered, so that a
       // fleet does not come in lockstep.
       if (redirect_.empty() || named == addresses_.end()) {
         current_ = (current_ + 1) % addresses_.size();
       }
-      wait = std::min(backoff, absl::Seconds(1)) * jitter(rng);
-      backoff = std::min({backoff * 2, options_.max_backoff, absl::Seconds(1)});
+      wait = std::min(backoff, kBetweenLeaders) * jitter(rng);
+      backoff = std::min({backoff * 2, options_.max_backoff, kBetweenLeaders});
     } else {
       if (!registered) {
         LogFailedAttempt(status, wait);
