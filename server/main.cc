@@ -92,10 +92,31 @@ int RunTokenCommand(const std::string& verb, const TokenCommand& c) {
     if (c.join && !c.user.empty()) {
       return Fail("--user: a join token is for a node; use --node NAME");
     }
+    std::string given;
+    if (!c.token_file.empty() && access(c.token_file.c_str(), F_OK) == 0) {
+      std::ifstream in(c.token_file);
+      std::getline(in, given);
+      if (!in && given.empty()) {
+        return Fail(absl::StrCat("--token-file ", c.token_file,
+                                 ": cannot read it"));
+      }
+    }
     auto made = (*tokens)->Create(
         c.join ? xl::auth::kJoinToken : xl::auth::kUserToken,
-        c.join ? c.node : c.user, c.admin, ttl, now, c.groups);
+        c.join ? c.node : c.user, c.admin, ttl, now, c.groups, given);
     if (!made.ok()) return Fail(std::string(made.status().message()));
+    if (!c.token_file.empty() && given.empty()) {
+      const mode_t old = umask(077);
+      std::ofstream out(c.token_file);
+      out << made->second << "\n";
+      out.close();
+      umask(old);
+      if (!out) {
+        return Fail(absl::StrCat("--token-file ", c.token_file,
+                                 ": cannot write it; the token is ",
+                                 made->first.id, ", revoke it"));
+      }
+    }
     printf("%s\n", made->second.c_str());
     fprintf(stderr,
             "xl-scheduler: token %s (%s%s%s) expires %s; it is shown only "

@@ -340,6 +340,12 @@ TokenCommands AddTokenCommands(CLI::App* app, Flags* f) {
   token_create->add_flag("--join", f->token.join,
                          "a join token: an agent exchanges it once for its "
                          "node certificate");
+  token_create->add_option(
+      "--token-file", f->token.token_file,
+      "the same token on every replica of a replicated scheduler: when FILE "
+      "exists, store the token it holds (as an earlier create wrote it; "
+      "again on the same database changes nothing), else make one and "
+      "write it to FILE (mode 0600)");
   token_create->add_option("--node", f->token.node,
                            "with --join: the only node name it may join as "
                            "(needed to re-join a known node)");

@@ -16,7 +16,7 @@ namespace xl::server {
 // `xl-scheduler token ...`: credentials managed on the database file, for
 // when no scheduler runs on it (the first admin token, or recovery).
 struct TokenCommand {
-  std::string db, user, ttl, id, node;
+  std::string db, user, ttl, id, node, token_file;
   std::vector<std::string> groups;
   bool admin = false, join = false;
 };

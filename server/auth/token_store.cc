@@ -117,7 +117,7 @@ absl::Status TokenStore::Load() {
 absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
     const std::string& kind, const std::string& user, bool admin,
     absl::Duration ttl, absl::Time now,
-    const std::vector<std::string>& groups) {
+    const std::vector<std::string>& groups, const std::string& given) {
   if (kind == kUserToken) {
     RETURN_IF_ERROR(ValidatePrincipalName(user, "user"));
     if (groups.size() > 64) {
@@ -143,10 +143,30 @@ absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
   if (ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ttl: must be more than 0, like 1h");
   }
-  ASSIGN_OR_RETURN(std::string id_bytes, crypto::RandomBytes(8));
-  ASSIGN_OR_RETURN(std::string secret_bytes, crypto::RandomBytes(32));
+  std::string id, secret;
+  if (!given.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(given, '_');
+    auto hex = [](const std::string& s) {
+      return std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+      });
+    };
+    if (parts.size() != 3 || parts[0] != "xl" || parts[1].size() != 16 ||
+        parts[2].size() != 64 || !hex(parts[1]) || !hex(parts[2])) {
+      return absl::InvalidArgumentError(
+          "token: not a token of xl (xl_<16 hex>_<64 hex>); give a file an "
+          "earlier 'token create --token-file' wrote");
+    }
+    id = parts[1];
+    secret = parts[2];
+  } else {
+    ASSIGN_OR_RETURN(std::string id_bytes, crypto::RandomBytes(8));
+    ASSIGN_OR_RETURN(std::string secret_bytes, crypto::RandomBytes(32));
+    id = crypto::HexEncode(id_bytes);
+    secret = crypto::HexEncode(secret_bytes);
+  }
   TokenInfo info;
-  info.id = crypto::HexEncode(id_bytes);
+  info.id = id;
   info.kind = kind;
   info.user = user;
   info.admin = admin;
@@ -154,9 +174,16 @@ absl::StatusOr<std::pair<TokenInfo, std::string>> TokenStore::Create(
   info.created = now;
   info.expires = ttl == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                  : now + ttl;
-  const std::string secret = crypto::HexEncode(secret_bytes);
   const std::string token = absl::StrCat("xl_", info.id, "_", secret);
   absl::MutexLock lock(&mu_);
+  if (auto it = tokens_.find(info.id); it != tokens_.end()) {
+    if (given.empty() ||
+        !crypto::ConstantTimeEquals(it->second.hash, crypto::Sha256Hex(secret))) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "token ", info.id, " exists with another secret; make a new one"));
+    }
+    return std::make_pair(it->second.info, token);  // stored already
+  }
   Entry entry{info, crypto::Sha256Hex(secret)};
   if (write_) {
     RETURN_IF_ERROR(write_(Row(entry)));

@@ -67,10 +67,15 @@ class TokenStore {
   // `ttl` InfiniteDuration: never expires. INVALID_ARGUMENT for a bad user
   // or group name (at most 64 groups), groups on a join token, or a ttl <=
   // 0.
+  // `given` (xl_<16 hex>_<64 hex>): store that token rather than a new one
+  // (the same token on every replica's database); storing it again with
+  // the same secret changes nothing and returns it, ALREADY_EXISTS for its
+  // id with another secret.
   absl::StatusOr<std::pair<TokenInfo, std::string>> Create(
       const std::string& kind, const std::string& user, bool admin,
       absl::Duration ttl, absl::Time now,
-      const std::vector<std::string>& groups = {});
+      const std::vector<std::string>& groups = {},
+      const std::string& given = "");
   // NOT_FOUND for an unknown id; revoking twice keeps the first time.
   absl::StatusOr<TokenInfo> Revoke(const std::string& id, absl::Time now);
   // Every token, oldest first.

@@ -356,6 +356,15 @@ bool HostAllowed(const std::string& host, const std::string& hostname,
 
 http::Response HttpGateway::Handle(const http::Request& req) {
   if (req.path == "/healthz") return http::TextResponse(200, "ok");
+  // Readiness: the API is served here (a replicated scheduler's leader,
+  // or a scheduler that is not replicated); a follower says 503, so that a
+  // Kubernetes Service or a load balancer sends callers to the leader.
+  if (req.path == "/readyz") {
+    return controller_ != nullptr
+               ? http::TextResponse(200, "leader")
+               : http::TextResponse(503, "follower: the leader serves the "
+                                         "API (xlctl servers names it)");
+  }
   if (opts_.tls_cert_file.empty()) {
     // DNS rebinding: a page of evil.example whose name now resolves here
     // would read the API with the operator's browser; its requests name

@@ -198,6 +198,44 @@ class Replicas(unittest.TestCase):
             self.assertEqual(r.returncode, 1, (args, r.stderr))
             self.assertIn(want, r.stderr, args)
 
+    def test_the_same_first_token_on_every_replica(self):
+        # `token create --token-file`: made once, stored again on every
+        # replica's database; then any replica that leads takes it.
+        from cluster import SCHEDULER
+        import subprocess
+        import tempfile
+        d = tempfile.mkdtemp(prefix="xl-token-file-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", d]))
+        tok = os.path.join(d, "admin.token")
+
+        def create(db):
+            return subprocess.run([SCHEDULER, "token", "create", "--db", os.path.join(d, db),
+                                   "--user", "admin", "--admin", "--token-file", tok],
+                                  capture_output=True, text=True, timeout=30)
+        first = create("r1.db")
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertEqual(os.stat(tok).st_mode & 0o777, 0o600)
+        with open(tok) as f:
+            token = f.read().strip()
+        self.assertEqual(first.stdout.strip(), token)
+        for db in ("r2.db", "r3.db", "r1.db"):  # r1 again: nothing changes
+            r = create(db)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.strip(), token)
+        ids = set()
+        for db in ("r1.db", "r2.db", "r3.db"):
+            r = subprocess.run([SCHEDULER, "token", "list", "--db", os.path.join(d, db)],
+                               capture_output=True, text=True, timeout=30)
+            rows = [l.split()[0] for l in r.stdout.splitlines()[1:]]
+            self.assertEqual(len(rows), 1, r.stdout)
+            ids.add(rows[0])
+        self.assertEqual(ids, {token.split("_")[1]})
+        with open(tok, "w") as f:
+            f.write("not a token\n")
+        bad = create("r4.db")
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("not a token of xl", bad.stderr)
+
     def test_a_follower_names_the_leader_and_xlctl_follows_it(self):
         c = ReplicatedCluster(agents=1, gpus=0, scheduler_args=["--metrics-listen", "127.0.0.1:0"])
         self.addCleanup(c.close)
@@ -227,6 +265,12 @@ class Replicas(unittest.TestCase):
             r"metrics on (http://\S+)/metrics", c.log_of(f"replica-{follower}")), 10).group(1)
         ftext = urllib.request.urlopen(f"{furl}/metrics", timeout=10).read().decode()
         self.assertIn("xl_scheduler_leader 0", ftext)
+        # Readiness (a Service's, a load balancer's): the leader only.
+        import urllib.error
+        self.assertEqual(urllib.request.urlopen(f"{url}/readyz", timeout=10).status, 200)
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{furl}/readyz", timeout=10)
+        self.assertEqual(e.exception.code, 503)
         self.assertEqual(int(re.search(r"^xl_raft_term (\d+)", ftext, re.M).group(1)), term)
 
 
