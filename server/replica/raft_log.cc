@@ -1,6 +1,10 @@
 #include "server/replica/raft_log.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include <algorithm>
@@ -93,6 +97,33 @@ void NoDelay(struct uv_stream_s* stream) {
   }
 }
 
+// "host:port" with host a name (raft 0.15 takes IPv4 numbers only) as
+// "a.b.c.d:port", looked up now: a replica's name stays in the log's
+// configuration and is looked up again at every connect, so that a replica
+// that comes back with another address (a rescheduled pod) is found. The
+// address unchanged when it is a number or cannot be looked up.
+std::string Resolved(const char* address) {
+  const std::string a = address;
+  const size_t colon = a.rfind(':');
+  if (colon == std::string::npos) return a;
+  const std::string host = a.substr(0, colon);
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return a;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 ||
+      found == nullptr) {
+    return a;
+  }
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr,
+            ip, sizeof(ip));
+  freeaddrinfo(found);
+  return absl::StrCat(ip, a.substr(colon));
+}
+
 void WrapNoDelay(NoDelayTransport* w) {
   w->listen = w->t.listen;
   w->connect = w->t.connect;
@@ -112,7 +143,10 @@ void WrapNoDelay(NoDelayTransport* w) {
     c->theirs = req;
     c->cb = cb;
     c->req.data = c;
-    const int rv = w->connect(t, &c->req, id, address,
+    // A blocking lookup on the loop thread: names of the replicas, which a
+    // local resolver (or /etc/hosts) answers at once.
+    const std::string ip = Resolved(address);
+    const int rv = w->connect(t, &c->req, id, ip.c_str(),
                               [](struct raft_uv_connect* req,
                                  struct uv_stream_s* stream, int status) {
                                 auto* c =
@@ -244,6 +278,27 @@ absl::Status RaftLog::Impl::Open() {
         absl::StrCat("raft transport: ", raft_strerror(rv)));
   }
   WrapNoDelay(&nodelay);
+  // This replica's name, as a number for raft 0.15 to listen on (it keeps
+  // the name for its handshake and configuration).
+  const std::string ip = Resolved(self->second.c_str());
+  if (in_addr v4; ip == self->second &&
+                  inet_pton(AF_INET, ip.substr(0, ip.rfind(':')).c_str(),
+                            &v4) != 1) {
+    raft_uv_tcp_close(&transport);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peers: cannot look up ", self->second,
+        " (this replica's Raft address); give a name this machine resolves "
+        "(an IPv4 address) or a number"));
+  }
+  if (ip != self->second) {
+    rv = raft_uv_tcp_set_bind_address(&transport, ip.c_str());
+    if (rv != 0) {
+      raft_uv_tcp_close(&transport);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--peers: ", self->second, " (", ip,
+          ") is not an address of this machine to listen on"));
+    }
+  }
   rv = raft_uv_init(&io, &loop, options.dir.c_str(), &transport);
   if (rv != 0) {
     const std::string why = io.errmsg;

@@ -237,7 +237,10 @@ class Replicas(unittest.TestCase):
         self.assertIn("not a token of xl", bad.stderr)
 
     def test_a_follower_names_the_leader_and_xlctl_follows_it(self):
-        c = ReplicatedCluster(agents=1, gpus=0, scheduler_args=["--metrics-listen", "127.0.0.1:0"])
+        # Raft addresses by name (raft 0.15 itself takes numbers only).
+        from cluster import free_port
+        c = ReplicatedCluster(agents=1, gpus=0, scheduler_args=["--metrics-listen", "127.0.0.1:0"],
+                              raft={i: f"localhost:{free_port()}" for i in (1, 2, 3)})
         self.addCleanup(c.close)
         servers = c.servers()
         self.assertEqual(sorted(s.get("leader", False) for s in servers), [False, False, True], servers)
