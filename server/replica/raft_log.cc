@@ -21,6 +21,7 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -175,9 +176,10 @@ struct RaftLog::Impl {
     bool answer_only = false;
     absl::Status status;
   };
+  // One raft_apply of one or more entries, answered in order.
   struct Apply {
     struct raft_apply req;
-    std::function<void(absl::Status)> done;
+    std::vector<std::function<void(absl::Status)>> dones;
     Impl* impl;
   };
 
@@ -212,6 +214,9 @@ struct RaftLog::Impl {
   int in_flight = 0;
   // Entries applied here whose outcome was not OK, by index.
   std::map<uint64_t, absl::Status> outcomes;
+  // The answers of a batch's entries after its first, by index, until each
+  // is applied (counted in in_flight).
+  std::map<uint64_t, std::function<void(absl::Status)>> later;
   bool close_begun = false;
   bool raft_closed = false;
   absl::Time close_deadline = absl::InfiniteFuture();
@@ -224,6 +229,43 @@ struct RaftLog::Impl {
   void MaybeClose();
   void CloseHandles();
   void Submit(Pending p);
+  // Appends `bufs` (framed entries, then raft's) as one request whose
+  // answers are `dones`, in order; empties both.
+  void ApplyBatch(std::vector<struct raft_buffer>* bufs,
+                  std::vector<std::function<void(absl::Status)>>* dones);
+  // Entry `index` applied with `outcome`: answers it when it is a batch's
+  // later entry, else keeps the outcome for its request's answer.
+  void Settle(uint64_t index, absl::Status outcome) {
+    auto it = later.find(index);
+    if (it == later.end()) {
+      KeepOutcome(index, std::move(outcome));
+      return;
+    }
+    auto done = std::move(it->second);
+    later.erase(it);
+    --in_flight;
+    if (raft_state(&raft) != RAFT_LEADER) {
+      // Deposed before it was applied: this index may hold another
+      // leader's entry now.
+      absl::Status lost = absl::UnavailableError(
+          "the leader lost its leadership before the entry was applied; it "
+          "may still commit: retry with the same idempotency key");
+      lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
+      done(std::move(lost));
+      return;
+    }
+    done(std::move(outcome));
+  }
+  // Answers every later entry not applied yet (leadership lost, or
+  // closing) with `why`.
+  void FailLater(const absl::Status& why) {
+    auto pending = std::move(later);
+    later.clear();
+    for (auto& [index, done] : pending) {
+      --in_flight;
+      done(why);
+    }
+  }
   // Keeps a refusal for the leader's answer (raft gives the answer the
   // request, whose index is this one); old ones are dropped.
   void KeepOutcome(uint64_t index, absl::Status outcome) {
@@ -383,8 +425,8 @@ absl::Status RaftLog::Impl::Open() {
     absl::Status outcome;
     if (!Unframe(*buf, &entry)) {
       // The same bytes on every replica: refused alike everywhere.
-      impl->KeepOutcome(index, absl::DataLossError(
-                                   "log entry: a damaged frame; not applied"));
+      impl->Settle(index, absl::DataLossError(
+                              "log entry: a damaged frame; not applied"));
       return 0;
     }
     absl::Status failed = impl->options.apply(index, entry, &outcome);
@@ -399,7 +441,7 @@ absl::Status RaftLog::Impl::Open() {
               failed.ToString().c_str());
       std::abort();
     }
-    impl->KeepOutcome(index, std::move(outcome));
+    impl->Settle(index, std::move(outcome));
     return 0;
   };
   rv = raft_init(&raft, &io, &fsm, options.id, self->second.c_str());
@@ -446,8 +488,13 @@ void RaftLog::Impl::OnWake() {
     taken.swap(queue);
     close = closing;
   }
+  // Appends queued together go to raft as one request: one AppendEntries
+  // to each follower and one disk write for all of them.
+  std::vector<struct raft_buffer> bufs;
+  std::vector<std::function<void(absl::Status)>> dones;
   for (Pending& p : taken) {
     if (p.answer_only) {
+      ApplyBatch(&bufs, &dones);  // answered after what was queued before
       p.done(p.status);
       continue;
     }
@@ -471,49 +518,70 @@ void RaftLog::Impl::OnWake() {
       p.done(absl::ResourceExhaustedError("out of memory for a log entry"));
       continue;
     }
-    auto* a = new Apply{{}, std::move(p.done), this};
-    a->req.data = a;
-    const int rv = raft_apply(
-        &raft, &a->req, &buf, 1, [](struct raft_apply* req, int status, void*) {
-          auto* a = static_cast<Apply*>(req->data);
-          Impl* impl = a->impl;
-          --impl->in_flight;
-          if (status == 0) {
-            absl::Status outcome;
-            auto it = impl->outcomes.find(req->index);
-            if (it != impl->outcomes.end()) {
-              outcome = std::move(it->second);
-              impl->outcomes.erase(it);
-            }
-            a->done(outcome);
-          } else {
-            absl::Status lost = absl::UnavailableError(absl::StrCat(
-                "the leader lost its leadership before the entry committed (",
-                raft_strerror(status),
-                "); it may still commit: retry with the same idempotency "
-                "key"));
-            lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
-            a->done(std::move(lost));
-          }
-          delete a;
-          // Not MaybeClose() here: this may run inside raft's own calls
-          // (a leadership change), which raft_close must not re-enter; the
-          // tick closes.
-        });
-    if (rv != 0) {
-      raft_free(buf.base);
-      a->done(absl::FailedPreconditionError(
-          absl::StrCat("not appended: ", raft_strerror(rv))));
-      delete a;
-      continue;
-    }
-    ++in_flight;
+    bufs.push_back(buf);
+    dones.push_back(std::move(p.done));
   }
+  ApplyBatch(&bufs, &dones);
   if (close && !close_begun) {
     close_begun = true;
     close_deadline = absl::Now() + kCloseGrace;
   }
   MaybeClose();
+}
+
+void RaftLog::Impl::ApplyBatch(
+    std::vector<struct raft_buffer>* bufs,
+    std::vector<std::function<void(absl::Status)>>* dones) {
+  if (bufs->empty()) return;
+  auto* a = new Apply{{}, std::move(*dones), this};
+  dones->clear();
+  a->req.data = a;
+  const int rv = raft_apply(
+      &raft, &a->req, bufs->data(), static_cast<unsigned>(bufs->size()),
+      [](struct raft_apply* req, int status, void*) {
+        auto* a = static_cast<Apply*>(req->data);
+        Impl* impl = a->impl;
+        --impl->in_flight;
+        if (status == 0) {
+          // raft 0.15 answers a request when its first entry is applied
+          // (getRequest matches req->index only): the others are answered
+          // as each is applied (`later`, in fsm.apply).
+          absl::Status outcome;
+          auto it = impl->outcomes.find(req->index);
+          if (it != impl->outcomes.end()) {
+            outcome = std::move(it->second);
+            impl->outcomes.erase(it);
+          }
+          for (size_t i = 1; i < a->dones.size(); ++i) {
+            impl->later[req->index + i] = std::move(a->dones[i]);
+            ++impl->in_flight;
+          }
+          a->dones[0](outcome);
+        } else {
+          absl::Status lost = absl::UnavailableError(absl::StrCat(
+              "the leader lost its leadership before the entry committed (",
+              raft_strerror(status),
+              "); it may still commit: retry with the same idempotency "
+              "key"));
+          lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
+          for (auto& done : a->dones) done(lost);
+        }
+        delete a;
+        // Not MaybeClose() here: this may run inside raft's own calls
+        // (a leadership change), which raft_close must not re-enter; the
+        // tick closes.
+      });
+  if (rv != 0) {
+    for (struct raft_buffer& b : *bufs) raft_free(b.base);
+    for (auto& done : a->dones) {
+      done(absl::FailedPreconditionError(
+          absl::StrCat("not appended: ", raft_strerror(rv))));
+    }
+    delete a;
+  } else {
+    ++in_flight;
+  }
+  bufs->clear();
 }
 
 void RaftLog::Impl::OnTick() {
@@ -524,6 +592,13 @@ void RaftLog::Impl::OnTick() {
 void RaftLog::Impl::Refresh() {
   State s;
   s.leader = raft_state(&raft) == RAFT_LEADER;
+  if (!s.leader && !later.empty()) {
+    absl::Status lost = absl::UnavailableError(
+        "the leader lost its leadership before the entry was applied; it "
+        "may still commit: retry with the same idempotency key");
+    lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
+    FailLater(lost);
+  }
   raft_id id = 0;
   const char* address = nullptr;
   raft_leader(&raft, &id, &address);
@@ -559,6 +634,8 @@ void RaftLog::Impl::MaybeClose() {
 }
 
 void RaftLog::Impl::CloseHandles() {
+  FailLater(absl::UnavailableError(
+      "this scheduler replica is shutting down; retry on another"));
   {
     absl::MutexLock lock(&mu);
     state.leader = false;
