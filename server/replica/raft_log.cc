@@ -216,7 +216,11 @@ struct RaftLog::Impl {
   std::map<uint64_t, absl::Status> outcomes;
   // The answers of a batch's entries after its first, by index, until each
   // is applied (counted in in_flight).
-  std::map<uint64_t, std::function<void(absl::Status)>> later;
+  struct Later {
+    uint64_t term = 0;  // the term it was appended in
+    std::function<void(absl::Status)> done;
+  };
+  std::map<uint64_t, Later> later;
   bool close_begun = false;
   bool raft_closed = false;
   absl::Time close_deadline = absl::InfiniteFuture();
@@ -241,30 +245,40 @@ struct RaftLog::Impl {
       KeepOutcome(index, std::move(outcome));
       return;
     }
-    auto done = std::move(it->second);
+    Later l = std::move(it->second);
     later.erase(it);
     --in_flight;
-    if (raft_state(&raft) != RAFT_LEADER) {
-      // Deposed before it was applied: this index may hold another
-      // leader's entry now.
-      absl::Status lost = absl::UnavailableError(
-          "the leader lost its leadership before the entry was applied; it "
-          "may still commit: retry with the same idempotency key");
-      lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
-      done(std::move(lost));
+    if (raft_state(&raft) != RAFT_LEADER || l.term != raft.current_term) {
+      // Deposed (maybe elected again) before it was applied: this index
+      // may hold another leader's entry now.
+      l.done(Lost());
       return;
     }
-    done(std::move(outcome));
+    l.done(std::move(outcome));
   }
-  // Answers every later entry not applied yet (leadership lost, or
-  // closing) with `why`.
-  void FailLater(const absl::Status& why) {
-    auto pending = std::move(later);
-    later.clear();
-    for (auto& [index, done] : pending) {
+  // Answers the later entries not applied yet that were appended in
+  // another term than `keep_term` (0: all) with `why`.
+  void FailLater(const absl::Status& why, uint64_t keep_term = 0) {
+    std::vector<std::function<void(absl::Status)>> failed;
+    for (auto it = later.begin(); it != later.end();) {
+      if (keep_term != 0 && it->second.term == keep_term) {
+        ++it;
+        continue;
+      }
+      failed.push_back(std::move(it->second.done));
+      it = later.erase(it);
       --in_flight;
-      done(why);
     }
+    for (auto& done : failed) done(why);
+  }
+  // What an entry whose leader was deposed before it committed or applied
+  // is answered: it may still commit.
+  static absl::Status Lost() {
+    absl::Status lost = absl::UnavailableError(
+        "the leader lost its leadership before the entry was applied; it "
+        "may still commit: retry with the same idempotency key");
+    lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
+    return lost;
   }
   // Keeps a refusal for the leader's answer (raft gives the answer the
   // request, whose index is this one); old ones are dropped.
@@ -492,6 +506,9 @@ void RaftLog::Impl::OnWake() {
   // to each follower and one disk write for all of them.
   std::vector<struct raft_buffer> bufs;
   std::vector<std::function<void(absl::Status)>> dones;
+  if (!later.empty() && !raft_closed && raft_state(&raft) != RAFT_LEADER) {
+    FailLater(Lost());  // before the refusals below: log order
+  }
   for (Pending& p : taken) {
     if (p.answer_only) {
       ApplyBatch(&bufs, &dones);  // answered after what was queued before
@@ -536,6 +553,7 @@ void RaftLog::Impl::ApplyBatch(
   auto* a = new Apply{{}, std::move(*dones), this};
   dones->clear();
   a->req.data = a;
+  const raft_index last_before = raft_last_index(&raft);
   const int rv = raft_apply(
       &raft, &a->req, bufs->data(), static_cast<unsigned>(bufs->size()),
       [](struct raft_apply* req, int status, void*) {
@@ -552,12 +570,26 @@ void RaftLog::Impl::ApplyBatch(
             outcome = std::move(it->second);
             impl->outcomes.erase(it);
           }
+          // Entries of an older term still waiting lost their place.
+          impl->FailLater(Lost(), impl->raft.current_term);
           for (size_t i = 1; i < a->dones.size(); ++i) {
-            impl->later[req->index + i] = std::move(a->dones[i]);
-            ++impl->in_flight;
+            auto [it, fresh] = impl->later.try_emplace(
+                req->index + i,
+                Later{impl->raft.current_term, std::move(a->dones[i])});
+            if (!fresh) {  // not expected: the slot's old entry is lost
+              auto old = std::move(it->second.done);
+              it->second = Later{impl->raft.current_term,
+                                 std::move(a->dones[i])};
+              old(Lost());
+            } else {
+              ++impl->in_flight;
+            }
           }
           a->dones[0](outcome);
         } else {
+          // Deposed: the later entries of earlier batches first (log order),
+          // then this batch's.
+          impl->FailLater(Lost());
           absl::Status lost = absl::UnavailableError(absl::StrCat(
               "the leader lost its leadership before the entry committed (",
               raft_strerror(status),
@@ -572,6 +604,16 @@ void RaftLog::Impl::ApplyBatch(
         // tick closes.
       });
   if (rv != 0) {
+    if (raft_last_index(&raft) != last_before) {
+      // raft 0.15 left some of the batch in its log (out of memory midway)
+      // pointing at these buffers: neither freeing nor keeping them is
+      // safe. Stop; a restart replays the log.
+      fprintf(stderr,
+              "xl-scheduler: raft kept part of a failed append (%s); "
+              "stopping\n",
+              raft_strerror(rv));
+      std::abort();
+    }
     for (struct raft_buffer& b : *bufs) raft_free(b.base);
     for (auto& done : a->dones) {
       done(absl::FailedPreconditionError(
@@ -592,12 +634,8 @@ void RaftLog::Impl::OnTick() {
 void RaftLog::Impl::Refresh() {
   State s;
   s.leader = raft_state(&raft) == RAFT_LEADER;
-  if (!s.leader && !later.empty()) {
-    absl::Status lost = absl::UnavailableError(
-        "the leader lost its leadership before the entry was applied; it "
-        "may still commit: retry with the same idempotency key");
-    lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
-    FailLater(lost);
+  if (!later.empty()) {
+    FailLater(Lost(), s.leader ? raft.current_term : 0);
   }
   raft_id id = 0;
   const char* address = nullptr;
@@ -634,8 +672,12 @@ void RaftLog::Impl::MaybeClose() {
 }
 
 void RaftLog::Impl::CloseHandles() {
-  FailLater(absl::UnavailableError(
-      "this scheduler replica is shutting down; retry on another"));
+  // Appended, maybe on the followers already: they may still commit.
+  absl::Status closing = absl::UnavailableError(
+      "this scheduler replica shut down with the entry in flight; it may "
+      "still commit: retry with the same idempotency key on another");
+  closing.SetPayload(kMayCommitPayload, absl::Cord("1"));
+  FailLater(closing);
   {
     absl::MutexLock lock(&mu);
     state.leader = false;
