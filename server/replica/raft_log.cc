@@ -1,10 +1,8 @@
 #include "server/replica/raft_log.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <uv.h>
 
 #include <algorithm>
@@ -19,7 +17,6 @@
 #include <string>
 #include <system_error>
 #include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,12 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-
-// raft.h declares no extern "C" of its own.
-extern "C" {
-#include <raft.h>
-#include <raft/uv.h>
-}
+#include "server/replica/raft_transport.h"
 
 namespace xl::replica {
 namespace {
@@ -71,96 +63,6 @@ bool Unframe(const struct raft_buffer& buf, absl::string_view* entry) {
   return true;
 }
 
-// raft 0.15's TCP transport leaves Nagle's algorithm on: a small append
-// waits for the peer's delayed ACK (about 40 ms). This wraps it and turns
-// Nagle off on every connection it makes or accepts. `t` comes first, so a
-// pointer to it is one to the whole (raft_uv keeps t.data for itself).
-struct NoDelayTransport {
-  struct raft_uv_transport t {};
-  int (*listen)(struct raft_uv_transport*, raft_uv_accept_cb) = nullptr;
-  int (*connect)(struct raft_uv_transport*, struct raft_uv_connect*, raft_id,
-                 const char*, raft_uv_connect_cb) = nullptr;
-  raft_uv_accept_cb accept = nullptr;
-};
-
-static_assert(std::is_standard_layout_v<NoDelayTransport>,
-              "a pointer to t must be one to the whole");
-
-struct NoDelayConnect {
-  struct raft_uv_connect req {};
-  struct raft_uv_connect* theirs = nullptr;
-  raft_uv_connect_cb cb = nullptr;
-};
-
-void NoDelay(struct uv_stream_s* stream) {
-  if (stream != nullptr && stream->type == UV_TCP) {
-    uv_tcp_nodelay(reinterpret_cast<uv_tcp_t*>(stream), 1);
-  }
-}
-
-// "host:port" with host a name (raft 0.15 takes IPv4 numbers only) as
-// "a.b.c.d:port", looked up now: a replica's name stays in the log's
-// configuration and is looked up again at every connect, so that a replica
-// that comes back with another address (a rescheduled pod) is found. The
-// address unchanged when it is a number or cannot be looked up.
-std::string Resolved(const char* address) {
-  const std::string a = address;
-  const size_t colon = a.rfind(':');
-  if (colon == std::string::npos) return a;
-  const std::string host = a.substr(0, colon);
-  in_addr v4;
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return a;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 ||
-      found == nullptr) {
-    return a;
-  }
-  char ip[INET_ADDRSTRLEN] = {0};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr,
-            ip, sizeof(ip));
-  freeaddrinfo(found);
-  return absl::StrCat(ip, a.substr(colon));
-}
-
-void WrapNoDelay(NoDelayTransport* w) {
-  w->listen = w->t.listen;
-  w->connect = w->t.connect;
-  w->t.listen = [](struct raft_uv_transport* t, raft_uv_accept_cb cb) {
-    auto* w = reinterpret_cast<NoDelayTransport*>(t);
-    w->accept = cb;
-    return w->listen(t, [](struct raft_uv_transport* t, raft_id id,
-                           const char* address, struct uv_stream_s* stream) {
-      NoDelay(stream);
-      reinterpret_cast<NoDelayTransport*>(t)->accept(t, id, address, stream);
-    });
-  };
-  w->t.connect = [](struct raft_uv_transport* t, struct raft_uv_connect* req,
-                    raft_id id, const char* address, raft_uv_connect_cb cb) {
-    auto* w = reinterpret_cast<NoDelayTransport*>(t);
-    auto* c = new NoDelayConnect;
-    c->theirs = req;
-    c->cb = cb;
-    c->req.data = c;
-    // A blocking lookup on the loop thread: names of the replicas, which a
-    // local resolver (or /etc/hosts) answers at once.
-    const std::string ip = Resolved(address);
-    const int rv = w->connect(t, &c->req, id, ip.c_str(),
-                              [](struct raft_uv_connect* req,
-                                 struct uv_stream_s* stream, int status) {
-                                auto* c =
-                                    static_cast<NoDelayConnect*>(req->data);
-                                if (status == 0) NoDelay(stream);
-                                c->cb(c->theirs, stream, status);
-                                delete c;
-                              });
-    if (rv != 0) delete c;
-    return rv;
-  };
-}
-
 unsigned Millis(absl::Duration d) {
   return static_cast<unsigned>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
@@ -191,8 +93,8 @@ struct RaftLog::Impl {
   uv_loop_t loop;
   uv_async_t wake;
   uv_timer_t tick;
-  NoDelayTransport nodelay;
-  struct raft_uv_transport& transport = nodelay.t;
+  ReplicaTransport wrapped;
+  struct raft_uv_transport& transport = wrapped.t;
   struct raft_io io {};
   struct raft_fsm fsm {};
   struct raft raft {};
@@ -333,7 +235,7 @@ absl::Status RaftLog::Impl::Open() {
     return absl::InternalError(
         absl::StrCat("raft transport: ", raft_strerror(rv)));
   }
-  WrapNoDelay(&nodelay);
+  WrapTransport(&wrapped);
   // This replica's name, as a number for raft 0.15 to listen on (it keeps
   // the name for its handshake and configuration).
   const std::string ip = Resolved(self->second.c_str());
