@@ -4,6 +4,7 @@
 #include "agent/session/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -408,6 +409,7 @@ absl::Status Session::RunConnection(bool* registered) {
   grpc::ClientContext context;
   v1::AgentService::Stub* stub = nullptr;
   std::string address;
+  std::shared_ptr<grpc::Channel> channel;
   redirect_.clear();
   replica_refused_ = false;
   {
@@ -415,13 +417,7 @@ absl::Status Session::RunConnection(bool* registered) {
     if (shutdown_ || closing_) return absl::OkStatus();
     stub = stubs_[current_].get();
     address = addresses_[current_];
-    // A replica that was down a moment ago may be the leader now: the
-    // channel's own reconnect backoff (from when it was down) must not
-    // fail this attempt without trying.
-    if (addresses_.size() > 1) {
-      grpc::experimental::ChannelResetConnectionBackoff(
-          channels_[current_].get());
-    }
+    channel = channels_[current_];
     context_ = &context;
     acked_ = false;
     connection_done_ = false;
@@ -431,6 +427,17 @@ absl::Status Session::RunConnection(bool* registered) {
     lease_.NewConnection();
     // The snapshot below carries every status queued so far.
     outbox_.DropStatuses();
+  }
+  if (addresses_.size() > 1 &&
+      channel->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY) {
+    // A replica that was down, or whose connection a role change cut, a
+    // moment ago may lead now: its channel's reconnect backoff must not
+    // fail this attempt without trying, nor may the failure the channel
+    // last saw (a fail-fast call reports it until a new connection is up):
+    // a fresh connection gets a moment to come up.
+    grpc::experimental::ChannelResetConnectionBackoff(channel.get());
+    channel->WaitForConnected(std::chrono::system_clock::now() +
+                              std::chrono::milliseconds(500));
   }
   std::unique_ptr<Stream> stream = stub->Connect(&context);
 
