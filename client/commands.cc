@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <csignal>
 #include <random>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,7 +18,6 @@
 #include "common/duration.h"
 #include "common/leader.h"
 #include "common/status.h"
-#include "xl/v1/replica.grpc.pb.h"
 #include "xl/v1/scheduler.pb.h"
 
 namespace xl::client {
@@ -623,28 +621,9 @@ absl::Status Commands::Nodes() {
 absl::Status Commands::Servers() {
   auto list = SplitServerList(connection_->options().server, "--server");
   if (!list.ok()) return UsageError(std::string(list.status().message()));
-  xl::v1::ReplicaStatusList all;
-  std::vector<std::thread> asks;
-  all.mutable_replicas()->Reserve(static_cast<int>(list->size()));
-  for (size_t i = 0; i < list->size(); ++i) all.add_replicas();
-  for (size_t i = 0; i < list->size(); ++i) {
-    asks.emplace_back([&, i] {
-      xl::v1::ReplicaStatus* r = all.mutable_replicas(static_cast<int>(i));
-      auto context = connection_->UnaryContext();
-      grpc::Status st =
-          xl::v1::ReplicaService::NewStub(connection_->ChannelTo((*list)[i]))
-              ->GetReplicaStatus(context.get(),
-                                 xl::v1::GetReplicaStatusRequest(), r);
-      if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-        r->set_leader(true);  // a scheduler from before replication
-      } else if (!st.ok()) {
-        r->Clear();
-        r->set_unreachable(st.error_message());
-      }
-      r->set_address((*list)[i]);  // as given, which the caller can reach
-    });
-  }
-  for (std::thread& t : asks) t.join();
+  const xl::v1::ReplicaStatusList all =
+      AskReplicas(*list, connection_->options(),
+                  absl::Now() + connection_->options().timeout);
   if (format_ != OutputFormat::kTable) {
     *out_ << RenderMessage(all, format_);
     return absl::OkStatus();

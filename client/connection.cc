@@ -35,34 +35,16 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(
 std::string FindLeader(const std::vector<std::string>& servers,
                        const ConnectionOptions& options) {
   const absl::Time until = absl::Now() + options.timeout;
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (const std::string& s : servers) {
-    channels.push_back(grpc::CreateChannel(s, Credentials(options)));
-  }
   while (true) {
-    std::vector<v1::ReplicaStatus> answers(servers.size());
-    std::vector<grpc::Status> results(servers.size());
-    std::vector<std::thread> asks;
-    for (size_t i = 0; i < servers.size(); ++i) {
-      asks.emplace_back([&, i] {
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(
-            std::min(until, absl::Now() + absl::Seconds(1))));
-        results[i] = v1::ReplicaService::NewStub(channels[i])->GetReplicaStatus(
-            &ctx, v1::GetReplicaStatusRequest(), &answers[i]);
-      });
-    }
-    for (std::thread& t : asks) t.join();
+    const v1::ReplicaStatusList all = AskReplicas(
+        servers, options, std::min(until, absl::Now() + absl::Seconds(1)));
     // A deposed leader may not know yet: the newest term wins.
     int best = -1;
-    for (size_t i = 0; i < servers.size(); ++i) {
-      // A scheduler from before replication leads itself.
-      if (results[i].error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-        return servers[i];
-      }
-      if (results[i].ok() && answers[i].leader() &&
-          (best < 0 || answers[i].term() > answers[best].term())) {
-        best = static_cast<int>(i);
+    for (int i = 0; i < all.replicas_size(); ++i) {
+      const v1::ReplicaStatus& r = all.replicas(i);
+      if (r.unreachable().empty() && r.leader() &&
+          (best < 0 || r.term() > all.replicas(best).term())) {
+        best = i;
       }
     }
     if (best >= 0) return servers[best];
@@ -72,6 +54,35 @@ std::string FindLeader(const std::vector<std::string>& servers,
 }
 
 }  // namespace
+
+v1::ReplicaStatusList AskReplicas(const std::vector<std::string>& addresses,
+                                  const ConnectionOptions& options,
+                                  absl::Time deadline) {
+  v1::ReplicaStatusList all;
+  for (size_t i = 0; i < addresses.size(); ++i) all.add_replicas();
+  std::vector<std::thread> asks;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    asks.emplace_back([&, i] {
+      v1::ReplicaStatus* r = all.mutable_replicas(static_cast<int>(i));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(deadline));
+      const grpc::Status st =
+          v1::ReplicaService::NewStub(
+              grpc::CreateChannel(addresses[i], Credentials(options)))
+              ->GetReplicaStatus(&ctx, v1::GetReplicaStatusRequest(), r);
+      if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        r->Clear();
+        r->set_leader(true);  // a scheduler from before replication
+      } else if (!st.ok()) {
+        r->Clear();
+        r->set_unreachable(st.error_message());
+      }
+      r->set_address(addresses[i]);  // as given, which the caller can reach
+    });
+  }
+  for (std::thread& t : asks) t.join();
+  return all;
+}
 
 SchedulerConnection::SchedulerConnection(const ConnectionOptions& options)
     : SchedulerConnection(options, nullptr) {}

@@ -11,12 +11,14 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "xl/v1/auth.grpc.pb.h"
 #include "xl/v1/queue.grpc.pb.h"
+#include "xl/v1/replica.pb.h"
 #include "xl/v1/scheduler.grpc.pb.h"
 
 namespace xl::client {
@@ -38,6 +40,14 @@ struct ConnectionOptions {
   // Deadline of every unary call.
   absl::Duration timeout = absl::Seconds(10);
 };
+
+// Asks every address's ReplicaService at once, each call by `deadline`:
+// one ReplicaStatus per address, in order, `address` as given. A scheduler
+// from before replication counts as leading; one that did not answer has
+// `unreachable` saying why.
+v1::ReplicaStatusList AskReplicas(const std::vector<std::string>& addresses,
+                                  const ConnectionOptions& options,
+                                  absl::Time deadline);
 
 class SchedulerConnection {
  public:

@@ -175,10 +175,11 @@ struct RaftLog::Impl {
   }
   // What an entry whose leader was deposed before it committed or applied
   // is answered: it may still commit.
-  static absl::Status Lost() {
-    absl::Status lost = absl::UnavailableError(
-        "the leader lost its leadership before the entry was applied; it "
-        "may still commit: retry with the same idempotency key");
+  static absl::Status Lost(absl::string_view cause = "") {
+    absl::Status lost = absl::UnavailableError(absl::StrCat(
+        "the leader lost its leadership before the entry was applied",
+        cause.empty() ? "" : absl::StrCat(" (", cause, ")"),
+        "; it may still commit: retry with the same idempotency key"));
     lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
     return lost;
   }
@@ -492,12 +493,7 @@ void RaftLog::Impl::ApplyBatch(
           // Deposed: the later entries of earlier batches first (log order),
           // then this batch's.
           impl->FailLater(Lost());
-          absl::Status lost = absl::UnavailableError(absl::StrCat(
-              "the leader lost its leadership before the entry committed (",
-              raft_strerror(status),
-              "); it may still commit: retry with the same idempotency "
-              "key"));
-          lost.SetPayload(kMayCommitPayload, absl::Cord("1"));
+          const absl::Status lost = Lost(raft_strerror(status));
           for (auto& done : a->dones) done(lost);
         }
         delete a;

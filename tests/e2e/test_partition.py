@@ -33,7 +33,18 @@ def can_make_namespaces():
     return True
 
 
-class NetnsCluster(Cluster):
+class Namespaces:
+    """Removes the namespaces in self.spaces when the cluster closes."""
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            for ns in self.spaces:
+                ip("netns", "del", ns, check=False)
+
+
+class NetnsCluster(Namespaces, Cluster):
     """A scheduler in namespace S and agents node-a, node-b, ... each in its
     own namespace, linked to S by veth pair i (10.77.i.1 in S, 10.77.i.2 in
     the agent's)."""
@@ -79,13 +90,6 @@ class NetnsCluster(Cluster):
 
     def heal(self, name):
         ip("-n", self.netns["scheduler"], "link", "set", self.links[name], "up")
-
-    def close(self):
-        try:
-            super().close()
-        finally:
-            for ns in self.spaces:
-                ip("netns", "del", ns, check=False)
 
 
 def rank_pids(job_id, attempt):
@@ -169,7 +173,7 @@ if __name__ == "__main__":
     unittest.main(verbosity=2)
 
 
-class ReplicaNetnsCluster(ReplicatedCluster):
+class ReplicaNetnsCluster(Namespaces, ReplicatedCluster):
     """Three scheduler replicas, each in its own namespace with two links:
     its API on a bridge in namespace H (where the agents and xlctl run,
     10.78.0.i) and its Raft port on a bridge in namespace R (10.79.0.i). A
@@ -225,13 +229,6 @@ class ReplicaNetnsCluster(ReplicatedCluster):
 
     def heal(self, i):
         ip("-n", self.raft_ns, "link", "set", self.raft_links[i], "up")
-
-    def close(self):
-        try:
-            super().close()
-        finally:
-            for ns in self.spaces:
-                ip("netns", "del", ns, check=False)
 
 
 @unittest.skipUnless(can_make_namespaces(), "needs root and ip netns")
